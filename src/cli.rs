@@ -1,0 +1,212 @@
+//! The command line: one subcommand per job, each a function returning a result; the exit
+//! status is decided here, at the edge.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tracing::info;
+
+use crate::config::{Config, ConfigError};
+use crate::election::{Election, ElectionSettings};
+use crate::logging::{self, LogFormat};
+use crate::store::{LeaseStore, SqlStore, StoreError, Timeouts};
+use crate::{signals, status_file};
+
+/// Configuration errors (sysexits.h EX_CONFIG).
+pub const EXIT_CONFIG: u8 = 78;
+/// The database could not be reached or used (sysexits.h EX_UNAVAILABLE).
+pub const EXIT_UNAVAILABLE: u8 = 69;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "leaderd",
+    version,
+    about = "Leader election through the SQL database you already have"
+)]
+pub struct Cli {
+    /// TOML configuration file; LEADERD_<SECTION>__<KEY> variables override it.
+    #[arg(long, short, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Log line format on stderr.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Join the election and keep this node's status file up to date.
+    Run {
+        /// This node's id (default: node.id, else the host name).
+        #[arg(long)]
+        id: Option<String>,
+    },
+    /// Show who leads the election now, as the database sees it.
+    Status {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Apply the database migrations and exit.
+    Migrate,
+    /// Validate the configuration and print it, secrets redacted.
+    CheckConfig,
+}
+
+/// Parses the command line, runs the command and maps its outcome to an exit status.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let id = match &cli.command {
+        Command::Run { id } => id.as_deref(),
+        _ => None,
+    };
+    let config = match Config::load(cli.config.as_deref(), id) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("leaderd: {error}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    logging::init(cli.log_format, &config.log_level);
+    if let Command::CheckConfig = cli.command {
+        print!("{}", config.to_toml_redacted());
+        return ExitCode::SUCCESS;
+    }
+    // The SQLite driver and the migration harness block in place: multi-threaded runtime.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime starts");
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run { .. } => run(config).await,
+            Command::Status { json } => status(config, json).await,
+            Command::Migrate => migrate(config).await,
+            Command::CheckConfig => unreachable!("handled above"),
+        }
+    });
+    // Database work still finishing in the background must not hold up the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("leaderd: {error:#}");
+            if error.chain().any(|e| e.is::<StoreError>()) {
+                ExitCode::from(EXIT_UNAVAILABLE)
+            } else if error.chain().any(|e| e.is::<ConfigError>()) {
+                ExitCode::from(EXIT_CONFIG)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+fn store(config: &Config, migrate: bool) -> SqlStore {
+    SqlStore::new(
+        config.database_url.clone(),
+        Timeouts {
+            connect: config.connect_timeout,
+            query: config.query_timeout,
+        },
+        migrate,
+    )
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    // Before anything slow, so that a stop during start-up is a clean one.
+    let shutdown = signals::shutdown_signal().context("cannot install signal handlers")?;
+    info!(
+        election = %config.election,
+        node = %config.node_id,
+        database = %config.database_url,
+        ttl = %humantime::format_duration(config.ttl),
+        interval = %humantime::format_duration(config.interval),
+        "leaderd starting"
+    );
+    let settings = ElectionSettings {
+        name: config.election.clone(),
+        node_id: config.node_id.clone(),
+        ttl: config.ttl,
+        interval: config.interval,
+    };
+    let (election, statuses) = Election::new(settings, store(&config, config.migrate));
+    let writer = status_file::spawn_writer(
+        config.status_path.clone(),
+        config.election.clone(),
+        config.node_id.clone(),
+        statuses,
+    );
+    election.run(shutdown).await;
+    writer.await.context("status file writer failed")?;
+    info!("leaderd stopped");
+    Ok(())
+}
+
+#[derive(Debug, Serialize)]
+struct ElectionReport<'a> {
+    election: &'a str,
+    leader: Option<&'a str>,
+    term: Option<i64>,
+    /// The holder (live or not) of the row; differs from `leader` once its lease lapsed.
+    holder: Option<&'a str>,
+    lease_ms: Option<u64>,
+    age_ms: Option<u64>,
+    remaining_ms: Option<u64>,
+}
+
+async fn status(config: Config, json: bool) -> anyhow::Result<()> {
+    let mut store = store(&config, false);
+    let row = store.get(&config.election).await.with_context(|| {
+        format!(
+            "cannot read election {:?} (has `leaderd migrate` run?)",
+            config.election
+        )
+    })?;
+    let ms = |d: std::time::Duration| d.as_millis() as u64;
+    let report = ElectionReport {
+        election: &config.election,
+        leader: row.as_ref().and_then(|r| r.live_holder()),
+        term: row.as_ref().map(|r| r.term),
+        holder: row.as_ref().and_then(|r| r.holder.as_deref()),
+        lease_ms: row.as_ref().map(|r| ms(r.lease)),
+        age_ms: row.as_ref().map(|r| ms(r.age)),
+        remaining_ms: row.as_ref().map(|r| ms(r.remaining())),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!("election:  {}", report.election);
+    println!("leader:    {}", report.leader.unwrap_or("none"));
+    match &row {
+        None => println!("term:      none (no node has joined yet)"),
+        Some(row) => {
+            println!("term:      {}", row.term);
+            println!(
+                "lease:     renewed {} ago, {} left of {}{}",
+                humantime::format_duration(row.age),
+                humantime::format_duration(row.remaining()),
+                humantime::format_duration(row.lease),
+                match (&row.holder, row.live_holder()) {
+                    (None, _) => " (released)".to_owned(),
+                    (Some(holder), None) => format!(" (lapsed; last held by {holder})"),
+                    _ => String::new(),
+                }
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn migrate(config: Config) -> anyhow::Result<()> {
+    store(&config, true)
+        .connect()
+        .await
+        .with_context(|| format!("cannot migrate {}", config.database_url))?;
+    println!("migrations applied to {}", config.database_url);
+    Ok(())
+}

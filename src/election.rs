@@ -1,0 +1,495 @@
+//! One node's part in an election: a loop that claims or renews the lease through a
+//! [`LeaseStore`] and publishes this node's [`Status`] on a watch channel.
+//!
+//! Safety rests on two clocks that are never compared with each other. The database clock
+//! decides, inside each statement, whether a lease is live. This node's monotonic clock
+//! decides how long it may act as leader: until `ttl` (less a small margin) after its last
+//! successful renewal was *sent*. A renewal executes on the database no earlier than it was
+//! sent, so the database keeps the lease at least that long, and no other node can take it
+//! before this node has stopped acting as leader. A renewal whose answer comes back after
+//! that instant is not trusted again: leadership resumes only with a new term.
+
+use serde::Serialize;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep_until};
+use tracing::{debug, info, warn};
+
+use crate::store::{LeaseRow, LeaseStore, StoreError};
+
+/// What an election needs to know about itself.
+#[derive(Debug, Clone)]
+pub struct ElectionSettings {
+    /// The row this election competes for.
+    pub name: String,
+    /// This node's id in the row.
+    pub node_id: String,
+    /// Lease length each renewal asks for.
+    pub ttl: Duration,
+    /// Time between renewals (leader) or polls (follower).
+    pub interval: Duration,
+}
+
+impl ElectionSettings {
+    /// How much earlier than `sent + ttl` this node stops acting as leader. It covers the
+    /// rate difference between this node's monotonic clock and the database clock (NTP
+    /// slews by at most 500 ppm; this allows 2000 ppm) and SQLite's millisecond timestamps.
+    pub fn safety_margin(&self) -> Duration {
+        self.ttl / 500 + Duration::from_millis(2)
+    }
+
+    /// The margin a leader has to complete a renewal before its lease can lapse.
+    fn renew_margin(&self) -> Duration {
+        self.ttl.saturating_sub(self.interval)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Before the first successful round, while the database is unreachable, after the
+    /// lease deadline passed without a renewal, and once stopped.
+    Unknown,
+    Follower,
+    Leader,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Unknown => "unknown",
+            Role::Follower => "follower",
+            Role::Leader => "leader",
+        }
+    }
+}
+
+/// This node's view of the election, as published after every round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Status {
+    pub role: Role,
+    /// The current leader's id, if one holds a live lease as far as this node knows.
+    pub leader: Option<String>,
+    /// The current term: this node's own while leader, else the last one observed.
+    pub term: Option<i64>,
+    /// When the current role began.
+    pub since: SystemTime,
+    pub updated_at: SystemTime,
+    /// Wall-clock instant after which nobody may trust this status (for a leader: the
+    /// local lease deadline).
+    pub valid_until: SystemTime,
+    /// The monotonic lease deadline while leader, for in-process consumers.
+    pub lease_deadline: Option<Instant>,
+}
+
+impl Status {
+    fn initial() -> Self {
+        let now = SystemTime::now();
+        Status {
+            role: Role::Unknown,
+            leader: None,
+            term: None,
+            since: now,
+            updated_at: now,
+            valid_until: now,
+            lease_deadline: None,
+        }
+    }
+}
+
+/// What this node holds in the database, as far as it knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// Nothing: this node follows.
+    None,
+    /// Acting as leader in `term` until `deadline`.
+    Leading { term: i64, deadline: Instant },
+    /// The row may still be ours in `term`, but this node stopped acting as leader (its
+    /// deadline passed). Leadership resumes only through a new term.
+    Lapsed { term: i64 },
+}
+
+impl Hold {
+    fn term(self) -> Option<i64> {
+        match self {
+            Hold::None => None,
+            Hold::Leading { term, .. } | Hold::Lapsed { term } => Some(term),
+        }
+    }
+}
+
+/// The result of one round against the store.
+#[derive(Debug)]
+enum Outcome {
+    /// The database holds the lease for this node in `term`, from a statement sent at `sent`.
+    Holding { term: i64, sent: Instant },
+    /// Someone else holds the lease, or nobody does and this node could not take it.
+    Observed(Option<LeaseRow>),
+}
+
+/// One round: renew if leading, else claim a free lease, else observe. The first statement
+/// is the only one in steady state (a renewal for the leader, a read for a follower).
+async fn round<S: LeaseStore>(
+    store: &mut S,
+    settings: &ElectionSettings,
+    hold: Hold,
+) -> Result<(Outcome, Duration), StoreError> {
+    let (name, me, ttl) = (&settings.name, &settings.node_id, settings.ttl);
+    let sent = Instant::now();
+    match hold {
+        Hold::Leading { term, .. } => {
+            if store.renew(name, me, ttl, term).await? {
+                return Ok((Outcome::Holding { term, sent }, sent.elapsed()));
+            }
+        }
+        Hold::Lapsed { term } => {
+            if store.reacquire(name, me, ttl, term).await? {
+                return Ok((
+                    Outcome::Holding {
+                        term: term + 1,
+                        sent,
+                    },
+                    sent.elapsed(),
+                ));
+            }
+        }
+        Hold::None => {}
+    }
+    let row = store.get(name).await?;
+    let round_trip = sent.elapsed();
+    let free_term = match &row {
+        None => {
+            store.ensure_row(name).await?;
+            Some(0)
+        }
+        Some(row) if row.live_holder().is_none() => Some(row.term),
+        Some(_) => None,
+    };
+    if let Some(expected) = free_term {
+        let sent = Instant::now();
+        if store.claim(name, me, ttl, expected).await? {
+            let term = expected + 1;
+            return Ok((Outcome::Holding { term, sent }, round_trip));
+        }
+        // Another node was faster; see who.
+        return Ok((Outcome::Observed(store.get(name).await?), round_trip));
+    }
+    Ok((Outcome::Observed(row), round_trip))
+}
+
+/// First retry after a failed round; doubles up to one interval.
+const RETRY_BASE: Duration = Duration::from_millis(50);
+/// The soonest a follower polls again when it expects a lease to come free.
+const MIN_POLL: Duration = Duration::from_millis(2);
+/// How long a stopping node waits for a round that is already in flight.
+const STOP_WAIT_IN_FLIGHT: Duration = Duration::from_millis(400);
+/// How long a stopping node tries to release its row.
+const STOP_RELEASE: Duration = Duration::from_millis(500);
+
+/// One node's election loop.
+pub struct Election<S> {
+    settings: Arc<ElectionSettings>,
+    store: S,
+    machine: Machine,
+}
+
+/// The decisions, apart from the store so the loop can borrow each on its own.
+struct Machine {
+    settings: Arc<ElectionSettings>,
+    hold: Hold,
+    status: watch::Sender<Status>,
+    /// Consecutive failed rounds (0 when the database answers).
+    failures: u32,
+    /// Whether the round trip was last seen thin against the renew margin.
+    thin_margin: bool,
+    /// A term in which the table names this node although this process never took it.
+    foreign_term_warned: Option<i64>,
+}
+
+impl<S: LeaseStore> Election<S> {
+    pub fn new(settings: ElectionSettings, store: S) -> (Self, watch::Receiver<Status>) {
+        let settings = Arc::new(settings);
+        let (status, receiver) = watch::channel(Status::initial());
+        let machine = Machine {
+            settings: Arc::clone(&settings),
+            hold: Hold::None,
+            status,
+            failures: 0,
+            thin_margin: false,
+            foreign_term_warned: None,
+        };
+        (
+            Election {
+                settings,
+                store,
+                machine,
+            },
+            receiver,
+        )
+    }
+
+    /// Runs rounds until `shutdown` completes, then steps down: stops acting as leader at
+    /// once and releases the row if it is still ours in the same term.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let Election {
+            settings,
+            mut store,
+            mut machine,
+        } = self;
+        tokio::pin!(shutdown);
+        let mut next_round = Instant::now();
+        let mut held_at_stop = None;
+        'rounds: loop {
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => break 'rounds,
+                _ = sleep_until(machine.deadline()), if machine.is_leading() => {
+                    machine.deadline_passed();
+                    continue 'rounds;
+                }
+                _ = sleep_until(next_round) => {}
+            }
+            let started = Instant::now();
+            let hold = machine.hold;
+            let attempt = round(&mut store, &settings, hold);
+            tokio::pin!(attempt);
+            let result = loop {
+                tokio::select! {
+                    biased;
+                    _ = &mut shutdown => {
+                        machine.stop_acting();
+                        // The round may have just taken the row: learn the term to release.
+                        if let Ok(Ok((Outcome::Holding { term, .. }, _))) =
+                            tokio::time::timeout(STOP_WAIT_IN_FLIGHT, &mut attempt).await
+                        {
+                            held_at_stop = Some(term);
+                        }
+                        break 'rounds;
+                    }
+                    _ = sleep_until(machine.deadline()), if machine.is_leading() => {
+                        machine.deadline_passed();
+                    }
+                    result = &mut attempt => break result,
+                }
+            };
+            next_round = machine.apply(result, started);
+        }
+        let held = held_at_stop.or(machine.hold.term());
+        machine.stop_acting();
+        // Stopped: nothing this node said holds any longer.
+        machine
+            .status
+            .send_modify(|status| status.valid_until = status.updated_at);
+        if let Some(term) = held {
+            let released = tokio::time::timeout(
+                STOP_RELEASE,
+                store.release(&settings.name, &settings.node_id, term),
+            )
+            .await;
+            match released {
+                Ok(Ok(true)) => {
+                    info!(election = %settings.name, node = %settings.node_id, term, "released the lease")
+                }
+                Ok(Ok(false)) => debug!(term, "nothing to release: the row is no longer ours"),
+                Ok(Err(error)) => {
+                    warn!(%error, term, "could not release the lease; it lapses by itself")
+                }
+                Err(_) => warn!(term, "releasing the lease timed out; it lapses by itself"),
+            }
+        }
+    }
+}
+
+impl Machine {
+    fn is_leading(&self) -> bool {
+        matches!(self.hold, Hold::Leading { .. })
+    }
+
+    fn deadline(&self) -> Instant {
+        match self.hold {
+            Hold::Leading { deadline, .. } => deadline,
+            // Never awaited: the select! branch is disabled unless leading.
+            _ => Instant::now() + Duration::from_secs(3600),
+        }
+    }
+
+    fn deadline_passed(&mut self) {
+        if let Hold::Leading { term, .. } = self.hold {
+            warn!(
+                election = %self.settings.name,
+                node = %self.settings.node_id,
+                term,
+                "no successful renewal before the lease deadline; no longer acting as leader"
+            );
+            self.hold = Hold::Lapsed { term };
+            self.publish(Role::Unknown, None, Some(term));
+        }
+    }
+
+    /// Stops acting as leader at once (shutdown), keeping what we may hold to release it.
+    fn stop_acting(&mut self) {
+        if let Hold::Leading { term, .. } = self.hold {
+            self.hold = Hold::Lapsed { term };
+        }
+        let term = self.status.borrow().term;
+        self.publish(Role::Unknown, None, term);
+    }
+
+    /// Folds one round's result into the state; returns when the next round is due.
+    fn apply(
+        &mut self,
+        result: Result<(Outcome, Duration), StoreError>,
+        started: Instant,
+    ) -> Instant {
+        let settings = Arc::clone(&self.settings);
+        let now = Instant::now();
+        let regular = (started + settings.interval).max(now);
+        let (outcome, round_trip) = match result {
+            Ok(ok) => ok,
+            Err(error) => {
+                self.failures += 1;
+                if self.failures == 1 {
+                    warn!(%error, kind = error.kind(), election = %settings.name, "database round failed; retrying");
+                } else {
+                    debug!(%error, failures = self.failures, "database round failed again");
+                }
+                if !self.is_leading() {
+                    let term = self.status.borrow().term;
+                    self.publish(Role::Unknown, None, term);
+                }
+                let backoff = RETRY_BASE
+                    .saturating_mul(1 << (self.failures - 1).min(16))
+                    .min(settings.interval);
+                return now + backoff;
+            }
+        };
+        if self.failures > 0 {
+            info!(failures = self.failures, election = %settings.name, "database reachable again");
+            self.failures = 0;
+        }
+        self.check_round_trip(round_trip);
+        match outcome {
+            Outcome::Holding { term, sent } => {
+                let deadline = sent + settings.ttl - settings.safety_margin();
+                self.hold = match self.hold {
+                    // A renewal that came back after we stopped acting does not restore
+                    // leadership in the same term.
+                    Hold::Lapsed { term: lapsed } if lapsed == term => Hold::Lapsed { term },
+                    _ if deadline <= now => Hold::Lapsed { term },
+                    _ => Hold::Leading { term, deadline },
+                };
+                match self.hold {
+                    Hold::Leading { .. } => {
+                        self.publish(Role::Leader, Some(settings.node_id.clone()), Some(term));
+                        regular
+                    }
+                    // Start a new term at once rather than leave the row idle.
+                    _ => now,
+                }
+            }
+            Outcome::Observed(row) => {
+                let me = settings.node_id.as_str();
+                let ours_in = |term| {
+                    row.as_ref()
+                        .is_some_and(|r| r.holder.as_deref() == Some(me) && r.term == term)
+                };
+                self.hold = match self.hold.term() {
+                    Some(term) if ours_in(term) => Hold::Lapsed { term },
+                    _ => Hold::None,
+                };
+                let leader = row
+                    .as_ref()
+                    .and_then(|r| r.live_holder())
+                    .map(str::to_owned);
+                let term = row.as_ref().map(|r| r.term);
+                if leader.as_deref() == Some(me)
+                    && self.hold == Hold::None
+                    && self.foreign_term_warned != term
+                {
+                    warn!(
+                        election = %settings.name,
+                        node = me,
+                        term,
+                        "the table names this node as leader in a term this process did not take; \
+                         is another process running with the same node id? waiting for that lease to lapse"
+                    );
+                    self.foreign_term_warned = term;
+                }
+                self.publish(Role::Follower, leader, term);
+                match (&self.hold, &row) {
+                    (Hold::Lapsed { .. }, _) => now,
+                    // Poll again right when the lease can lapse, if that is before the
+                    // next regular round.
+                    (_, Some(row)) => regular.min(now + row.remaining().max(MIN_POLL)),
+                    (_, None) => now + MIN_POLL,
+                }
+            }
+        }
+    }
+
+    /// Warns when round trips eat into the margin a leader has to renew.
+    fn check_round_trip(&mut self, round_trip: Duration) {
+        let margin = self.settings.renew_margin();
+        if !self.thin_margin && round_trip > margin / 2 {
+            self.thin_margin = true;
+            warn!(
+                round_trip_ms = round_trip.as_millis() as u64,
+                margin_ms = margin.as_millis() as u64,
+                "database round trip is more than half the margin between election.ttl and \
+                 election.interval; a slow renewal will cost leadership: raise election.ttl"
+            );
+        } else if self.thin_margin && round_trip < margin / 4 {
+            self.thin_margin = false;
+            info!(
+                round_trip_ms = round_trip.as_millis() as u64,
+                "database round trip back well inside the renew margin"
+            );
+        }
+    }
+
+    fn publish(&mut self, role: Role, leader: Option<String>, term: Option<i64>) {
+        let settings = &self.settings;
+        let now_wall = SystemTime::now();
+        let now = Instant::now();
+        let lease_deadline = match self.hold {
+            Hold::Leading { deadline, .. } if role == Role::Leader => Some(deadline),
+            _ => None,
+        };
+        let valid_until = match lease_deadline {
+            Some(deadline) => now_wall + deadline.saturating_duration_since(now),
+            None => now_wall + settings.interval + settings.ttl,
+        };
+        let previous = self.status.borrow().clone();
+        let changed = previous.role != role || previous.leader != leader;
+        if changed {
+            let leader_text = leader.as_deref().unwrap_or("none");
+            info!(
+                election = %settings.name,
+                node = %settings.node_id,
+                role = role.as_str(),
+                term,
+                leader = leader_text,
+                "role is now {}", role.as_str()
+            );
+        }
+        let since = if previous.role != role {
+            now_wall
+        } else {
+            previous.since
+        };
+        self.status.send_replace(Status {
+            role,
+            leader,
+            term,
+            since,
+            updated_at: now_wall,
+            valid_until,
+            lease_deadline,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,13 @@
+//! leaderd: leader election through one row of a SQL table.
+//!
+//! Every node claims or renews the election's row with a short lease; the holder is the
+//! leader. See README.md for how the protocol stays safe with skewed clocks, slow
+//! databases and paused processes.
+
+pub mod cli;
+pub mod config;
+pub mod election;
+pub mod logging;
+pub mod signals;
+pub mod status_file;
+pub mod store;

@@ -1,0 +1,32 @@
+//! Signals, turned into one shutdown future at the edge of the program.
+
+use futures_util::StreamExt;
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook_tokio::Signals;
+use std::future::Future;
+use tracing::{info, warn};
+
+/// Resolves on the first SIGTERM or SIGINT. A second one ends the process at once (exit
+/// status 128 + signal number): the lease then lapses on its own.
+pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
+    let mut signals = Signals::new([SIGTERM, SIGINT])?;
+    let (first, first_received) = tokio::sync::oneshot::channel::<i32>();
+    tokio::spawn(async move {
+        let mut first = Some(first);
+        while let Some(signal) = signals.next().await {
+            match first.take() {
+                Some(first) => {
+                    info!(signal, "stopping: stepping down");
+                    let _ = first.send(signal);
+                }
+                None => {
+                    warn!(signal, "second signal: exiting at once");
+                    std::process::exit(128 + signal);
+                }
+            }
+        }
+    });
+    Ok(async move {
+        let _ = first_received.await;
+    })
+}

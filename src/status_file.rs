@@ -1,0 +1,111 @@
+//! The status file: this node's [`Status`] as JSON, replaced atomically (temporary file,
+//! fsync, rename) whenever it changes. It is a consumer of the election's watch channel
+//! and can never hold up a renewal: a slow disk only means intermediate states are skipped.
+
+use serde::Serialize;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+use crate::election::{Role, Status};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StatusFileError {
+    #[error("cannot write status file {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The file's JSON document (schema documented in README.md).
+#[derive(Debug, Serialize)]
+pub struct StatusDocument<'a> {
+    pub election: &'a str,
+    pub node_id: &'a str,
+    pub role: Role,
+    pub leader: Option<&'a str>,
+    pub term: Option<i64>,
+    pub since: String,
+    pub updated_at: String,
+    pub valid_until: String,
+    pub pid: u32,
+}
+
+fn rfc3339(time: SystemTime) -> String {
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+impl<'a> StatusDocument<'a> {
+    pub fn new(election: &'a str, node_id: &'a str, status: &'a Status) -> Self {
+        StatusDocument {
+            election,
+            node_id,
+            role: status.role,
+            leader: status.leader.as_deref(),
+            term: status.term,
+            since: rfc3339(status.since),
+            updated_at: rfc3339(status.updated_at),
+            valid_until: rfc3339(status.valid_until),
+            pid: std::process::id(),
+        }
+    }
+}
+
+/// Replaces `path` with `contents` so that readers see either the old or the new file.
+pub fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), StatusFileError> {
+    let error = |source| StatusFileError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(format!(".tmp.{}", std::process::id()));
+    let temporary = PathBuf::from(temporary);
+    let mut file = std::fs::File::create(&temporary).map_err(error)?;
+    file.write_all(contents).map_err(error)?;
+    file.sync_all().map_err(error)?;
+    drop(file);
+    std::fs::rename(&temporary, path).map_err(error)
+}
+
+/// Writes every status the election publishes until the election ends (its sender is
+/// dropped), and the last one after that.
+pub fn spawn_writer(
+    path: PathBuf,
+    election: String,
+    node_id: String,
+    mut statuses: watch::Receiver<Status>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut failing = false;
+        loop {
+            let status = statuses.borrow_and_update().clone();
+            let document = StatusDocument::new(&election, &node_id, &status);
+            let mut json = serde_json::to_vec_pretty(&document).expect("status serializes");
+            json.push(b'\n');
+            let target = path.clone();
+            let written = tokio::task::spawn_blocking(move || write_atomically(&target, &json))
+                .await
+                .expect("status writer task does not panic");
+            match written {
+                Err(error) if !failing => {
+                    warn!(%error, "status file not written");
+                    failing = true;
+                }
+                Err(_) => {}
+                Ok(()) => failing = false,
+            }
+            if statuses.changed().await.is_err() {
+                // The election ended; write its final word if we have not yet.
+                if statuses.has_changed().unwrap_or(false) {
+                    continue;
+                }
+                break;
+            }
+        }
+    })
+}

@@ -1,0 +1,275 @@
+//! The lease table, seen as a handful of single-statement operations.
+//!
+//! [`LeaseStore`] is what the election needs from a database; [`SqlStore`] provides it over
+//! one owned connection to PostgreSQL, MySQL/MariaDB or SQLite. No operation opens a
+//! multi-statement transaction, and a connection is dropped after any error, timeout or
+//! cancellation, so it is never reused in an unknown state.
+
+mod sql;
+
+use futures_util::future::BoxFuture;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::timeout;
+
+pub use sql::DbConnection;
+
+use crate::config::DatabaseUrl;
+
+/// The election's row as the database saw it at the moment it was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRow {
+    /// Who holds the row; `None` once it was released.
+    pub holder: Option<String>,
+    /// The fencing token: grows whenever a node starts holding the row.
+    pub term: i64,
+    /// The lease length the holder promised at its last renewal.
+    pub lease: Duration,
+    /// Time since the last renewal, by the database clock.
+    pub age: Duration,
+}
+
+impl LeaseRow {
+    /// The holder, if its lease is still live by the database clock.
+    pub fn live_holder(&self) -> Option<&str> {
+        self.holder.as_deref().filter(|_| self.age < self.lease)
+    }
+
+    /// How long the lease has left by the database clock (zero once lapsed or released).
+    pub fn remaining(&self) -> Duration {
+        if self.holder.is_some() {
+            self.lease.saturating_sub(self.age)
+        } else {
+            Duration::ZERO
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot connect to {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: diesel::ConnectionError,
+    },
+    #[error("connecting to {url} timed out after {}", humantime::format_duration(*.after))]
+    ConnectTimeout { url: String, after: Duration },
+    #[error("query failed: {0}")]
+    Query(#[from] diesel::result::Error),
+    #[error("query timed out after {}", humantime::format_duration(*.after))]
+    QueryTimeout { after: Duration },
+    #[error("migrations failed: {0}")]
+    Migration(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("database task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+impl StoreError {
+    /// A short label for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Connect { .. } => "connect",
+            StoreError::ConnectTimeout { .. } => "connect_timeout",
+            StoreError::Query(_) => "query",
+            StoreError::QueryTimeout { .. } => "query_timeout",
+            StoreError::Migration(_) => "migration",
+            StoreError::Task(_) => "task",
+        }
+    }
+}
+
+/// What the election needs from the database. Every write names the term it expects and
+/// reports whether it took effect.
+pub trait LeaseStore: Send {
+    /// Reads the row of `name`, if there is one.
+    fn get(
+        &mut self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<LeaseRow>, StoreError>> + Send;
+    /// Creates the row of `name`, unheld, if missing. Never grants anything.
+    fn ensure_row(&mut self, name: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Takes a released or lapsed lease whose term is still `expected_term`; the new term
+    /// is `expected_term + 1`.
+    fn claim(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        expected_term: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Starts term `term + 1` on a row that `holder` still holds in `term`.
+    fn reacquire(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        term: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Extends `holder`'s lease in `term` if it is still live.
+    fn renew(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        term: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Gives the row up if `holder` still holds it in `term`.
+    fn release(
+        &mut self,
+        name: &str,
+        holder: &str,
+        term: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
+
+/// Bounds on every database round trip.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// Establishing a connection (TCP, TLS, authentication, session settings).
+    pub connect: Duration,
+    /// One statement, on the client and as the server-side statement limit.
+    pub query: Duration,
+}
+
+/// A [`LeaseStore`] over one owned connection, opened lazily and replaced after any
+/// failure.
+pub struct SqlStore {
+    url: Arc<DatabaseUrl>,
+    timeouts: Timeouts,
+    conn: Option<DbConnection>,
+    /// Apply the embedded migrations on the next connection (cleared once they ran).
+    migrate_on_connect: bool,
+}
+
+/// Migrations wait for other nodes' migrations on the same database.
+const MIGRATION_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl SqlStore {
+    pub fn new(url: DatabaseUrl, timeouts: Timeouts, migrate_on_connect: bool) -> Self {
+        SqlStore {
+            url: Arc::new(url),
+            timeouts,
+            conn: None,
+            migrate_on_connect,
+        }
+    }
+
+    /// Connects now (applying migrations if asked to) instead of on the first operation.
+    pub async fn connect(&mut self) -> Result<(), StoreError> {
+        self.run(|_| Box::pin(async { Ok(()) })).await
+    }
+
+    /// Runs `op` on the connection, opening one first if needed.
+    ///
+    /// The work runs in its own task that owns the connection and hands it back only on
+    /// success. If the caller stops waiting (timeout, shutdown, a deadline in a `select!`),
+    /// the task finishes on its own and drops the connection: nothing here can leave a
+    /// half-used connection behind, and a slow driver cannot stall the caller.
+    async fn run<T: Send + 'static>(
+        &mut self,
+        op: impl for<'c> FnOnce(&'c mut DbConnection) -> BoxFuture<'c, Result<T, StoreError>>
+        + Send
+        + 'static,
+    ) -> Result<T, StoreError> {
+        let conn = self.conn.take();
+        let url = Arc::clone(&self.url);
+        let timeouts = self.timeouts;
+        let migrate = self.migrate_on_connect;
+        let task = tokio::spawn(async move {
+            let mut conn = match conn {
+                Some(conn) => conn,
+                None => {
+                    let opened = timeout(
+                        timeouts.connect,
+                        DbConnection::connect(&url, timeouts.query),
+                    )
+                    .await
+                    .map_err(|_| StoreError::ConnectTimeout {
+                        url: url.redacted(),
+                        after: timeouts.connect,
+                    })??;
+                    if migrate {
+                        timeout(MIGRATION_TIMEOUT, opened.migrate())
+                            .await
+                            .map_err(|_| StoreError::QueryTimeout {
+                                after: MIGRATION_TIMEOUT,
+                            })??
+                    } else {
+                        opened
+                    }
+                }
+            };
+            match timeout(timeouts.query, op(&mut conn)).await {
+                Ok(Ok(value)) => Ok((conn, value)),
+                Ok(Err(error)) => Err(error),
+                Err(_) => Err(StoreError::QueryTimeout {
+                    after: timeouts.query,
+                }),
+            }
+        });
+        let (conn, value) = task.await??;
+        self.conn = Some(conn);
+        self.migrate_on_connect = false;
+        Ok(value)
+    }
+}
+
+impl LeaseStore for SqlStore {
+    async fn get(&mut self, name: &str) -> Result<Option<LeaseRow>, StoreError> {
+        let name = name.to_owned();
+        self.run(move |c| Box::pin(async move { c.get(&name).await }))
+            .await
+    }
+
+    async fn ensure_row(&mut self, name: &str) -> Result<(), StoreError> {
+        let name = name.to_owned();
+        self.run(move |c| Box::pin(async move { c.ensure_row(&name).await }))
+            .await
+    }
+
+    async fn claim(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        expected_term: i64,
+    ) -> Result<bool, StoreError> {
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        self.run(move |c| {
+            Box::pin(async move { c.claim(&name, &holder, ttl, expected_term).await })
+        })
+        .await
+    }
+
+    async fn reacquire(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        term: i64,
+    ) -> Result<bool, StoreError> {
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        self.run(move |c| Box::pin(async move { c.reacquire(&name, &holder, ttl, term).await }))
+            .await
+    }
+
+    async fn renew(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        term: i64,
+    ) -> Result<bool, StoreError> {
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        self.run(move |c| Box::pin(async move { c.renew(&name, &holder, ttl, term).await }))
+            .await
+    }
+
+    async fn release(&mut self, name: &str, holder: &str, term: i64) -> Result<bool, StoreError> {
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        self.run(move |c| Box::pin(async move { c.release(&name, &holder, term).await }))
+            .await
+    }
+}

@@ -1,0 +1,370 @@
+//! Every statement leaderd sends, for each backend, in one place.
+//!
+//! The protocol is optimistic concurrency on one row per election (seed 002): `term` is the
+//! row's version. Every write names the term it expects, so a write based on a stale view
+//! changes nothing. Expiry is judged only by the database clock, inside the statements.
+//! Each statement binds its parameters once and in the same order on every backend, so the
+//! binding code below is shared and only the text differs.
+
+use diesel::QueryableByName;
+use diesel::sql_types::{BigInt, Nullable, Text};
+use diesel_async::{
+    AsyncConnection, AsyncMigrationHarness, AsyncMysqlConnection, AsyncPgConnection, RunQueryDsl,
+    SimpleAsyncConnection, sync_connection_wrapper::SyncConnectionWrapper,
+};
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+use std::time::Duration;
+
+use super::{LeaseRow, StoreError};
+use crate::config::{Backend, DatabaseUrl};
+
+const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
+const MYSQL_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/mysql");
+const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
+
+/// The statements of one backend.
+struct Dialect {
+    /// (name) -> holder, term, lease_ms, age_ms by the database clock.
+    get: &'static str,
+    /// (name): create the row, unheld, if it does not exist. Its row count means nothing:
+    /// leadership is only ever taken by `claim`.
+    ensure_row: &'static str,
+    /// (holder, lease_ms, name, expected_term): take a released or lapsed lease.
+    claim: &'static str,
+    /// (lease_ms, name, holder, term): start a new term on a row this process still holds.
+    reacquire: &'static str,
+    /// (lease_ms, name, holder, term): extend a live lease of ours.
+    renew: &'static str,
+    /// (name, holder, term): give the row up.
+    release: &'static str,
+}
+
+const POSTGRES: Dialect = Dialect {
+    get: r#"SELECT container_id, term, lease_ms,
+                   (EXTRACT(EPOCH FROM (clock_timestamp() - "timestamp")) * 1000)::BIGINT AS age_ms
+            FROM service_leader_lock WHERE name = $1"#,
+    ensure_row: r#"INSERT INTO service_leader_lock (name, container_id, "timestamp", term, lease_ms)
+                   VALUES ($1, NULL, clock_timestamp(), 0, 0)
+                   ON CONFLICT (name) DO NOTHING"#,
+    claim: r#"UPDATE service_leader_lock
+              SET term = term + 1, container_id = $1, "timestamp" = clock_timestamp(), lease_ms = $2
+              WHERE name = $3 AND term = $4
+                AND (container_id IS NULL
+                     OR "timestamp" + lease_ms * INTERVAL '1 millisecond' <= clock_timestamp())"#,
+    reacquire: r#"UPDATE service_leader_lock
+                  SET term = term + 1, "timestamp" = clock_timestamp(), lease_ms = $1
+                  WHERE name = $2 AND container_id = $3 AND term = $4"#,
+    renew: r#"UPDATE service_leader_lock
+              SET "timestamp" = clock_timestamp(), lease_ms = $1
+              WHERE name = $2 AND container_id = $3 AND term = $4
+                AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()"#,
+    release: r#"UPDATE service_leader_lock
+                SET container_id = NULL, "timestamp" = clock_timestamp()
+                WHERE name = $1 AND container_id = $2 AND term = $3"#,
+};
+
+// MySQL applies SET assignments left to right, so `term` comes first while it still reads
+// the old value. NOW(6) is the statement's start: a statement that waited for a row lock
+// judges expiry by an earlier instant, which only errs towards "still live".
+// The connection reports rows matched, not rows changed (CLIENT_FOUND_ROWS), which is what
+// every check here wants.
+const MYSQL: Dialect = Dialect {
+    get: "SELECT container_id, term, lease_ms,
+                 CAST(TIMESTAMPDIFF(MICROSECOND, `timestamp`, NOW(6)) DIV 1000 AS SIGNED) AS age_ms
+          FROM service_leader_lock WHERE name = ?",
+    // Not `on_conflict_do_nothing()`: on MariaDB that becomes ON DUPLICATE KEY UPDATE and
+    // reports a row even when the key existed.
+    ensure_row:
+        "INSERT IGNORE INTO service_leader_lock (name, container_id, `timestamp`, term, lease_ms)
+                 VALUES (?, NULL, NOW(6), 0, 0)",
+    claim: "UPDATE service_leader_lock
+            SET term = term + 1, container_id = ?, `timestamp` = NOW(6), lease_ms = ?
+            WHERE name = ? AND term = ?
+              AND (container_id IS NULL
+                   OR `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND <= NOW(6))",
+    reacquire: "UPDATE service_leader_lock
+                SET term = term + 1, `timestamp` = NOW(6), lease_ms = ?
+                WHERE name = ? AND container_id = ? AND term = ?",
+    renew: "UPDATE service_leader_lock
+            SET `timestamp` = NOW(6), lease_ms = ?
+            WHERE name = ? AND container_id = ? AND term = ?
+              AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)",
+    release: "UPDATE service_leader_lock
+              SET container_id = NULL, `timestamp` = NOW(6)
+              WHERE name = ? AND container_id = ? AND term = ?",
+};
+
+// SQLite keeps UTC text with milliseconds; julianday() turns it back into a number.
+// 'now' is fixed for the duration of one statement.
+const SQLITE: Dialect = Dialect {
+    get: r#"SELECT container_id, term, lease_ms,
+                   CAST(ROUND((julianday('now') - julianday("timestamp")) * 86400000.0) AS INTEGER) AS age_ms
+            FROM service_leader_lock WHERE name = ?"#,
+    ensure_row: r#"INSERT OR IGNORE INTO service_leader_lock (name, container_id, "timestamp", term, lease_ms)
+                   VALUES (?, NULL, strftime('%Y-%m-%d %H:%M:%f', 'now'), 0, 0)"#,
+    claim: r#"UPDATE service_leader_lock
+              SET term = term + 1, container_id = ?, "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?
+              WHERE name = ? AND term = ?
+                AND (container_id IS NULL
+                     OR (julianday('now') - julianday("timestamp")) * 86400000.0 >= lease_ms)"#,
+    reacquire: r#"UPDATE service_leader_lock
+                  SET term = term + 1, "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?
+                  WHERE name = ? AND container_id = ? AND term = ?"#,
+    renew: r#"UPDATE service_leader_lock
+              SET "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?
+              WHERE name = ? AND container_id = ? AND term = ?
+                AND (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms"#,
+    release: r#"UPDATE service_leader_lock
+                SET container_id = NULL, "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now')
+                WHERE name = ? AND container_id = ? AND term = ?"#,
+};
+
+#[derive(QueryableByName)]
+struct RowSql {
+    #[diesel(sql_type = Nullable<Text>)]
+    container_id: Option<String>,
+    #[diesel(sql_type = BigInt)]
+    term: i64,
+    #[diesel(sql_type = BigInt)]
+    lease_ms: i64,
+    #[diesel(sql_type = BigInt)]
+    age_ms: i64,
+}
+
+/// One open connection to whichever backend the URL names.
+pub enum DbConnection {
+    Postgres(AsyncPgConnection),
+    Mysql(AsyncMysqlConnection),
+    Sqlite(SyncConnectionWrapper<diesel::SqliteConnection>),
+}
+
+/// Runs the same code against whichever connection is open; each arm is type-checked on
+/// its own (diesel's MultiConnection does not support async connections).
+macro_rules! on_connection {
+    ($conn:expr, |$c:ident, $dialect:ident| $body:expr) => {
+        match $conn {
+            DbConnection::Postgres($c) => {
+                let $dialect = &POSTGRES;
+                $body
+            }
+            DbConnection::Mysql($c) => {
+                let $dialect = &MYSQL;
+                $body
+            }
+            DbConnection::Sqlite($c) => {
+                let $dialect = &SQLITE;
+                $body
+            }
+        }
+    };
+}
+
+fn ms(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl DbConnection {
+    /// Opens a connection and bounds every later statement on it on the server side too,
+    /// so a statement the client gave up on does not go on holding locks.
+    pub async fn connect(
+        url: &DatabaseUrl,
+        statement_timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let limit = ms(statement_timeout).max(1);
+        let connect_error = |source| StoreError::Connect {
+            url: url.redacted(),
+            source,
+        };
+        let conn = match url.backend() {
+            Backend::Postgres => {
+                let mut conn = AsyncPgConnection::establish(url.expose())
+                    .await
+                    .map_err(connect_error)?;
+                conn.batch_execute(&format!(
+                    "SET statement_timeout = {limit}; SET lock_timeout = {limit}; \
+                     SET idle_in_transaction_session_timeout = {}; SET application_name = 'leaderd'",
+                    limit.saturating_mul(4)
+                ))
+                .await?;
+                DbConnection::Postgres(conn)
+            }
+            Backend::Mysql => {
+                let mut conn = AsyncMysqlConnection::establish(url.expose())
+                    .await
+                    .map_err(connect_error)?;
+                let seconds = limit as f64 / 1000.0;
+                // MariaDB bounds every statement; MySQL only bounds SELECTs, and the row
+                // lock wait below covers the UPDATEs there.
+                if conn
+                    .batch_execute(&format!("SET SESSION max_statement_time = {seconds:.3}"))
+                    .await
+                    .is_err()
+                {
+                    conn.batch_execute(&format!("SET SESSION max_execution_time = {limit}"))
+                        .await?;
+                }
+                conn.batch_execute(&format!(
+                    "SET SESSION innodb_lock_wait_timeout = {}",
+                    (limit + 999) / 1000
+                ))
+                .await?;
+                DbConnection::Mysql(conn)
+            }
+            Backend::Sqlite => {
+                let mut conn =
+                    SyncConnectionWrapper::<diesel::SqliteConnection>::establish(url.sqlite_path())
+                        .await
+                        .map_err(connect_error)?;
+                // busy_timeout first: switching to WAL itself may have to wait for a lock.
+                conn.batch_execute(&format!(
+                    "PRAGMA busy_timeout = {limit}; PRAGMA journal_mode = WAL;"
+                ))
+                .await?;
+                DbConnection::Sqlite(conn)
+            }
+        };
+        Ok(conn)
+    }
+
+    /// Applies the embedded migrations of this backend. Nodes that start together take
+    /// turns through a database lock where the backend has one; elsewhere the migrations
+    /// are idempotent and a loser of the race simply retries.
+    pub async fn migrate(self) -> Result<Self, StoreError> {
+        match self {
+            DbConnection::Postgres(mut conn) => {
+                conn.batch_execute("SELECT pg_advisory_lock(7026111822)")
+                    .await?;
+                let mut harness = AsyncMigrationHarness::new(conn);
+                harness
+                    .run_pending_migrations(POSTGRES_MIGRATIONS)
+                    .map_err(StoreError::Migration)?;
+                let mut conn = harness.into_inner();
+                conn.batch_execute("SELECT pg_advisory_unlock(7026111822)")
+                    .await?;
+                Ok(DbConnection::Postgres(conn))
+            }
+            DbConnection::Mysql(mut conn) => {
+                conn.batch_execute("DO GET_LOCK('leaderd_migrations', 10)")
+                    .await?;
+                let mut harness = AsyncMigrationHarness::new(conn);
+                harness
+                    .run_pending_migrations(MYSQL_MIGRATIONS)
+                    .map_err(StoreError::Migration)?;
+                let mut conn = harness.into_inner();
+                conn.batch_execute("DO RELEASE_LOCK('leaderd_migrations')")
+                    .await?;
+                Ok(DbConnection::Mysql(conn))
+            }
+            DbConnection::Sqlite(conn) => {
+                let mut harness = AsyncMigrationHarness::new(conn);
+                harness
+                    .run_pending_migrations(SQLITE_MIGRATIONS)
+                    .map_err(StoreError::Migration)?;
+                Ok(DbConnection::Sqlite(harness.into_inner()))
+            }
+        }
+    }
+
+    pub async fn get(&mut self, name: &str) -> Result<Option<LeaseRow>, StoreError> {
+        let rows: Vec<RowSql> = on_connection!(self, |c, d| {
+            diesel::sql_query(d.get)
+                .bind::<Text, _>(name)
+                .load(c)
+                .await?
+        });
+        Ok(rows.into_iter().next().map(|row| LeaseRow {
+            holder: row.container_id,
+            term: row.term,
+            lease: Duration::from_millis(row.lease_ms.max(0) as u64),
+            age: Duration::from_millis(row.age_ms.max(0) as u64),
+        }))
+    }
+
+    pub async fn ensure_row(&mut self, name: &str) -> Result<(), StoreError> {
+        on_connection!(self, |c, d| {
+            diesel::sql_query(d.ensure_row)
+                .bind::<Text, _>(name)
+                .execute(c)
+                .await?
+        });
+        Ok(())
+    }
+
+    pub async fn claim(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        expected_term: i64,
+    ) -> Result<bool, StoreError> {
+        let rows = on_connection!(self, |c, d| {
+            diesel::sql_query(d.claim)
+                .bind::<Text, _>(holder)
+                .bind::<BigInt, _>(ms(ttl))
+                .bind::<Text, _>(name)
+                .bind::<BigInt, _>(expected_term)
+                .execute(c)
+                .await?
+        });
+        Ok(rows == 1)
+    }
+
+    /// `reacquire` and `renew` take the same parameters; `statement` picks which.
+    async fn update_own(
+        &mut self,
+        statement: fn(&Dialect) -> &'static str,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        term: i64,
+    ) -> Result<bool, StoreError> {
+        let rows = on_connection!(self, |c, d| {
+            diesel::sql_query(statement(d))
+                .bind::<BigInt, _>(ms(ttl))
+                .bind::<Text, _>(name)
+                .bind::<Text, _>(holder)
+                .bind::<BigInt, _>(term)
+                .execute(c)
+                .await?
+        });
+        Ok(rows == 1)
+    }
+
+    pub async fn reacquire(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        term: i64,
+    ) -> Result<bool, StoreError> {
+        self.update_own(|d| d.reacquire, name, holder, ttl, term)
+            .await
+    }
+
+    pub async fn renew(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        term: i64,
+    ) -> Result<bool, StoreError> {
+        self.update_own(|d| d.renew, name, holder, ttl, term).await
+    }
+
+    pub async fn release(
+        &mut self,
+        name: &str,
+        holder: &str,
+        term: i64,
+    ) -> Result<bool, StoreError> {
+        let rows = on_connection!(self, |c, d| {
+            diesel::sql_query(d.release)
+                .bind::<Text, _>(name)
+                .bind::<Text, _>(holder)
+                .bind::<BigInt, _>(term)
+                .execute(c)
+                .await?
+        });
+        Ok(rows == 1)
+    }
+}
