@@ -1,1 +1,351 @@
+//! The election loop against the in-memory store, with tokio's clock paused: time only
+//! moves when every task waits, so timings are exact and the tests fast.
 
+use super::*;
+use crate::store::memory::{Faults, MemoryStore};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+const ELECTION: &str = "jobs";
+const TTL: Duration = Duration::from_millis(1200);
+const INTERVAL: Duration = Duration::from_secs(1);
+const STEP: Duration = Duration::from_millis(1);
+
+struct Node {
+    id: &'static str,
+    store: MemoryStore,
+    status: watch::Receiver<Status>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl Node {
+    fn start(table: &MemoryStore, id: &'static str) -> Node {
+        let store = table.handle();
+        let settings = ElectionSettings {
+            name: ELECTION.to_owned(),
+            node_id: id.to_owned(),
+            ttl: TTL,
+            interval: INTERVAL,
+        };
+        let (election, status) = Election::new(settings, store.clone());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(election.run(async move {
+            let _ = stopped.await;
+        }));
+        Node {
+            id,
+            store,
+            status,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    fn status(&self) -> Status {
+        self.status.borrow().clone()
+    }
+
+    fn is_leader(&self) -> bool {
+        self.status().role == Role::Leader
+    }
+
+    fn faults(&self, faults: Faults) {
+        self.store.set_faults(faults);
+    }
+
+    async fn stop(&mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        (&mut self.task).await.unwrap();
+    }
+}
+
+/// The safety property: whoever acts as leader holds a live lease in the table, in the
+/// term it reports; so at most one node acts as leader at any instant.
+fn check_invariant(table: &MemoryStore, nodes: &[&Node]) {
+    let leaders: Vec<_> = nodes.iter().filter(|n| n.is_leader()).collect();
+    assert!(
+        leaders.len() <= 1,
+        "two leaders at {:?}: {:?}",
+        Instant::now(),
+        leaders.iter().map(|n| n.id).collect::<Vec<_>>()
+    );
+    if let Some(leader) = leaders.first() {
+        let row = table.row(ELECTION).expect("a leader implies a row");
+        let status = leader.status();
+        assert_eq!(
+            row.live_holder(),
+            Some(leader.id),
+            "{} acts as leader without a live lease: {row:?}",
+            leader.id
+        );
+        assert_eq!(
+            Some(row.term),
+            status.term,
+            "{} acts as leader in a stale term",
+            leader.id
+        );
+        // Paused time moves tokio's clock only, so compare monotonic instants.
+        let deadline = status.lease_deadline.expect("a leader has a deadline");
+        assert!(
+            deadline <= Instant::now() + row.remaining(),
+            "{} may act as leader after its lease lapses",
+            leader.id
+        );
+    }
+}
+
+/// Lets `duration` of virtual time pass, checking the invariant every millisecond.
+async fn run_checked(duration: Duration, table: &MemoryStore, nodes: &[&Node]) {
+    let end = Instant::now() + duration;
+    while Instant::now() < end {
+        tokio::time::sleep(STEP).await;
+        check_invariant(table, nodes);
+    }
+}
+
+/// Runs until `condition` holds (checking the invariant), and returns how long that took.
+async fn until(
+    limit: Duration,
+    table: &MemoryStore,
+    nodes: &[&Node],
+    condition: impl Fn() -> bool,
+) -> Duration {
+    let start = Instant::now();
+    while !condition() {
+        assert!(
+            start.elapsed() < limit,
+            "condition not reached within {limit:?}"
+        );
+        tokio::time::sleep(STEP).await;
+        check_invariant(table, nodes);
+    }
+    start.elapsed()
+}
+
+#[tokio::test(start_paused = true)]
+async fn lone_node_leads_and_renews_in_one_term() {
+    let table = MemoryStore::new();
+    let a = Node::start(&table, "a");
+    until(Duration::from_millis(10), &table, &[&a], || a.is_leader()).await;
+    run_checked(Duration::from_secs(10), &table, &[&a]).await;
+    let status = a.status();
+    assert_eq!(
+        (status.role, status.term, status.leader.as_deref()),
+        (Role::Leader, Some(1), Some("a"))
+    );
+    assert!(status.lease_deadline.unwrap() > Instant::now() + TTL - INTERVAL - STEP * 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_nodes_elect_one_leader_and_agree_on_it() {
+    let table = MemoryStore::new();
+    let nodes = [
+        Node::start(&table, "a"),
+        Node::start(&table, "b"),
+        Node::start(&table, "c"),
+    ];
+    let all: Vec<&Node> = nodes.iter().collect();
+    run_checked(Duration::from_secs(3), &table, &all).await;
+    let leaders: Vec<_> = nodes
+        .iter()
+        .filter(|n| n.is_leader())
+        .map(|n| n.id)
+        .collect();
+    assert_eq!(leaders.len(), 1, "{leaders:?}");
+    for node in &nodes {
+        let status = node.status();
+        assert_eq!(
+            status.leader.as_deref(),
+            Some(leaders[0]),
+            "{} disagrees",
+            node.id
+        );
+        assert_eq!(status.term, Some(1), "{} disagrees on the term", node.id);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_renewals_demote_before_the_lease_lapses_and_a_follower_takes_over() {
+    let table = MemoryStore::new();
+    let a = Node::start(&table, "a");
+    until(Duration::from_millis(10), &table, &[&a], || a.is_leader()).await;
+    let b = Node::start(&table, "b");
+    run_checked(Duration::from_millis(2500), &table, &[&a, &b]).await;
+    let last_renewal = Instant::now() - table.row(ELECTION).unwrap().age;
+
+    a.faults(Faults {
+        fail: true,
+        ..Faults::default()
+    });
+    let nodes = [&a, &b];
+    until(TTL, &table, &nodes, || !a.is_leader()).await;
+    let demoted_after = last_renewal.elapsed();
+    assert!(
+        demoted_after <= TTL,
+        "demoted {demoted_after:?} after its last renewal"
+    );
+    assert_eq!(a.status().role, Role::Unknown);
+
+    // b polls at the moment the lease lapses, not up to an interval later.
+    until(TTL, &table, &nodes, || b.is_leader()).await;
+    let taken_after = last_renewal.elapsed();
+    assert!(
+        taken_after >= TTL && taken_after <= TTL + STEP * 5,
+        "taken over {taken_after:?} after the last renewal"
+    );
+    assert_eq!(b.status().term, Some(2));
+
+    // a comes back as a follower of b.
+    a.faults(Faults::default());
+    run_checked(Duration::from_secs(3), &table, &nodes).await;
+    assert_eq!(
+        (a.status().role, a.status().leader.as_deref()),
+        (Role::Follower, Some("b"))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_that_never_answers_demotes_at_the_deadline() {
+    let table = MemoryStore::new();
+    let a = Node::start(&table, "a");
+    let b = Node::start(&table, "b");
+    run_checked(Duration::from_millis(1500), &table, &[&a, &b]).await;
+    let (leader, follower) = if a.is_leader() { (&a, &b) } else { (&b, &a) };
+    let deadline = leader.status().lease_deadline.unwrap();
+    leader.faults(Faults {
+        hang: true,
+        ..Faults::default()
+    });
+    // Wait on the channel itself: paused time jumps straight to the next timer, so this
+    // wakes at the instant the role changed.
+    let mut status = leader.status.clone();
+    tokio::time::timeout(TTL, status.wait_for(|s| s.role != Role::Leader))
+        .await
+        .expect("still leader a ttl after its renewal stalled")
+        .unwrap();
+    // tokio timers have millisecond resolution.
+    assert!(
+        Instant::now() <= deadline + STEP,
+        "demoted {:?} after the deadline",
+        Instant::now() - deadline
+    );
+    until(TTL, &table, &[&a, &b], || follower.is_leader()).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_after_the_deadline_does_not_restore_leadership_in_the_same_term() {
+    let table = MemoryStore::new();
+    let a = Node::start(&table, "a");
+    until(Duration::from_millis(10), &table, &[&a], || a.is_leader()).await;
+    // Renewals still take effect, but their answers come back after the local deadline.
+    a.faults(Faults {
+        answer_delay: TTL - INTERVAL + Duration::from_millis(50),
+        ..Faults::default()
+    });
+    let mut leader_terms = Vec::new();
+    let end = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < end {
+        tokio::time::sleep(STEP).await;
+        check_invariant(&table, &[&a]);
+        let status = a.status();
+        if status.role == Role::Leader && leader_terms.last() != status.term.as_ref() {
+            leader_terms.push(status.term.unwrap());
+        }
+    }
+    assert!(leader_terms.len() >= 2, "{leader_terms:?}");
+    assert!(
+        leader_terms.windows(2).all(|w| w[0] < w[1]),
+        "a term was led twice: {leader_terms:?}"
+    );
+
+    a.faults(Faults::default());
+    run_checked(Duration::from_secs(2), &table, &[&a]).await;
+    let term = a.status().term;
+    run_checked(Duration::from_secs(5), &table, &[&a]).await;
+    assert!(a.is_leader());
+    assert_eq!(a.status().term, term, "a healthy leader keeps its term");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stopped_leader_releases_and_a_follower_takes_over_within_an_interval() {
+    let table = MemoryStore::new();
+    let mut a = Node::start(&table, "a");
+    until(Duration::from_millis(10), &table, &[&a], || a.is_leader()).await;
+    let b = Node::start(&table, "b");
+    run_checked(Duration::from_millis(1500), &table, &[&a, &b]).await;
+
+    a.stop().await;
+    assert_eq!(a.status().role, Role::Unknown);
+    assert_eq!(a.status().valid_until, a.status().updated_at);
+    assert_eq!(table.row(ELECTION).unwrap().holder, None, "released");
+    let waited = until(INTERVAL + STEP * 5, &table, &[&a, &b], || b.is_leader()).await;
+    assert!(waited <= INTERVAL + STEP * 5);
+    assert_eq!(b.status().term, Some(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_database_makes_every_role_unknown_until_it_returns() {
+    let table = MemoryStore::new();
+    let nodes = [Node::start(&table, "a"), Node::start(&table, "b")];
+    let all: Vec<&Node> = nodes.iter().collect();
+    run_checked(Duration::from_secs(2), &table, &all).await;
+    for node in &nodes {
+        node.faults(Faults {
+            fail: true,
+            ..Faults::default()
+        });
+    }
+    run_checked(TTL + INTERVAL, &table, &all).await;
+    assert!(nodes.iter().all(|n| n.status().role == Role::Unknown));
+    for node in &nodes {
+        node.faults(Faults::default());
+    }
+    // Retries back off to one interval at most; the old lease has lapsed by now.
+    until(INTERVAL + STEP * 10, &table, &all, || {
+        nodes.iter().any(|n| n.is_leader())
+    })
+    .await;
+    run_checked(Duration::from_secs(2), &table, &all).await;
+    assert_eq!(nodes.iter().filter(|n| n.is_leader()).count(), 1);
+    assert!(nodes.iter().all(|n| n.status().role != Role::Unknown));
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_processes_with_one_node_id_never_lead_together() {
+    let table = MemoryStore::new();
+    let mut first = Node::start(&table, "twin");
+    let second = Node::start(&table, "twin");
+    run_checked(Duration::from_secs(5), &table, &[&first, &second]).await;
+    assert_eq!(
+        [&first, &second].iter().filter(|n| n.is_leader()).count(),
+        1
+    );
+    let (mut leader, other) = if first.is_leader() {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    leader.stop().await;
+    until(INTERVAL + STEP * 5, &table, &[&leader, &other], || {
+        other.is_leader()
+    })
+    .await;
+    first = leader;
+    assert!(!first.is_leader());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_stopped_mid_round_releases_what_it_holds() {
+    let table = MemoryStore::new();
+    let mut a = Node::start(&table, "a");
+    until(Duration::from_millis(10), &table, &[&a], || a.is_leader()).await;
+    a.faults(Faults {
+        latency: Duration::from_millis(100),
+        ..Faults::default()
+    });
+    // Stop while a renewal is on its way.
+    tokio::time::sleep(INTERVAL - Duration::from_millis(5) + Duration::from_millis(50)).await;
+    a.stop().await;
+    assert_eq!(table.row(ELECTION).unwrap().holder, None);
+}

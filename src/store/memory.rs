@@ -1,0 +1,193 @@
+//! An in-memory [`LeaseStore`] for unit tests of code built on leases: the same semantics
+//! as the SQL store, with tokio's clock as the "database clock" (so it works with paused
+//! time) and faults that can be switched on per handle.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+use super::{LeaseRow, LeaseStore, StoreError};
+
+#[derive(Debug)]
+struct Row {
+    holder: Option<String>,
+    term: i64,
+    lease: Duration,
+    renewed_at: Instant,
+}
+
+impl Row {
+    fn live(&self, now: Instant) -> bool {
+        self.holder.is_some() && now < self.renewed_at + self.lease
+    }
+}
+
+/// Faults that apply to one handle's operations (one simulated node's connection).
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// Every operation fails after `latency`.
+    pub fail: bool,
+    /// Every operation waits forever (a stalled connection).
+    pub hang: bool,
+    /// Time before an operation reaches the "database".
+    pub latency: Duration,
+    /// Time between an operation taking effect and its answer arriving.
+    pub answer_delay: Duration,
+}
+
+/// One handle onto a shared in-memory table. [`MemoryStore::handle`] makes another handle
+/// onto the same table with faults of its own.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    rows: Arc<Mutex<HashMap<String, Row>>>,
+    faults: Arc<Mutex<Faults>>,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Another connection to the same table, without faults.
+    pub fn handle(&self) -> Self {
+        MemoryStore {
+            rows: Arc::clone(&self.rows),
+            faults: Arc::default(),
+        }
+    }
+
+    pub fn set_faults(&self, faults: Faults) {
+        *self.faults.lock().unwrap() = faults;
+    }
+
+    /// The row as the table has it now.
+    pub fn row(&self, name: &str) -> Option<LeaseRow> {
+        let now = Instant::now();
+        self.rows
+            .lock()
+            .unwrap()
+            .get(name)
+            .map(|r| to_lease_row(r, now))
+    }
+
+    async fn with_table<T>(
+        &self,
+        op: impl FnOnce(&mut HashMap<String, Row>, Instant) -> T,
+    ) -> Result<T, StoreError> {
+        let faults = self.faults.lock().unwrap().clone();
+        tokio::time::sleep(faults.latency).await;
+        if faults.hang {
+            std::future::pending::<()>().await;
+        }
+        if faults.fail {
+            return Err(StoreError::QueryTimeout {
+                after: faults.latency,
+            });
+        }
+        let value = op(&mut self.rows.lock().unwrap(), Instant::now());
+        tokio::time::sleep(faults.answer_delay).await;
+        Ok(value)
+    }
+}
+
+fn to_lease_row(row: &Row, now: Instant) -> LeaseRow {
+    LeaseRow {
+        holder: row.holder.clone(),
+        term: row.term,
+        lease: row.lease,
+        age: now.saturating_duration_since(row.renewed_at),
+    }
+}
+
+impl LeaseStore for MemoryStore {
+    async fn get(&mut self, name: &str) -> Result<Option<LeaseRow>, StoreError> {
+        self.with_table(|rows, now| rows.get(name).map(|r| to_lease_row(r, now)))
+            .await
+    }
+
+    async fn ensure_row(&mut self, name: &str) -> Result<(), StoreError> {
+        self.with_table(|rows, now| {
+            rows.entry(name.to_owned()).or_insert(Row {
+                holder: None,
+                term: 0,
+                lease: Duration::ZERO,
+                renewed_at: now,
+            });
+        })
+        .await
+    }
+
+    async fn claim(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        expected_term: i64,
+    ) -> Result<bool, StoreError> {
+        self.with_table(|rows, now| match rows.get_mut(name) {
+            Some(row) if row.term == expected_term && !row.live(now) => {
+                *row = Row {
+                    holder: Some(holder.to_owned()),
+                    term: row.term + 1,
+                    lease: ttl,
+                    renewed_at: now,
+                };
+                true
+            }
+            _ => false,
+        })
+        .await
+    }
+
+    async fn reacquire(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        term: i64,
+    ) -> Result<bool, StoreError> {
+        self.with_table(|rows, now| match rows.get_mut(name) {
+            Some(row) if row.term == term && row.holder.as_deref() == Some(holder) => {
+                row.term += 1;
+                row.lease = ttl;
+                row.renewed_at = now;
+                true
+            }
+            _ => false,
+        })
+        .await
+    }
+
+    async fn renew(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        term: i64,
+    ) -> Result<bool, StoreError> {
+        self.with_table(|rows, now| match rows.get_mut(name) {
+            Some(row)
+                if row.term == term && row.holder.as_deref() == Some(holder) && row.live(now) =>
+            {
+                row.lease = ttl;
+                row.renewed_at = now;
+                true
+            }
+            _ => false,
+        })
+        .await
+    }
+
+    async fn release(&mut self, name: &str, holder: &str, term: i64) -> Result<bool, StoreError> {
+        self.with_table(|rows, now| match rows.get_mut(name) {
+            Some(row) if row.term == term && row.holder.as_deref() == Some(holder) => {
+                row.holder = None;
+                row.renewed_at = now;
+                true
+            }
+            _ => false,
+        })
+        .await
+    }
+}
