@@ -1,0 +1,402 @@
+//! Shared test support: a database of its own per test on each backend, a TCP proxy that
+//! breaks connections on demand, and nodes that run the real `leaderd` binary.
+#![allow(dead_code)]
+
+pub mod proxy;
+
+use diesel_async::{
+    AsyncConnection, AsyncMysqlConnection, AsyncPgConnection, SimpleAsyncConnection,
+};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, SystemTime};
+
+pub const POSTGRES_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/test";
+pub const MYSQL_ADMIN: &str = "mysql://root@127.0.0.1:3306/test";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Mysql,
+    Sqlite,
+}
+
+/// A name no other test (or test process) uses.
+pub fn unique(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "{prefix}_{}_{}_{nanos}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Runs `future` to completion on a runtime of its own (usable from `Drop`).
+fn block_on<F: std::future::Future + Send + 'static>(future: F) -> F::Output
+where
+    F::Output: Send,
+{
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(future)
+    })
+    .join()
+    .unwrap()
+}
+
+/// A database created for one test and dropped after it, plus a scratch directory.
+pub struct TestDb {
+    pub backend: Backend,
+    /// The URL nodes use (directly, not through a proxy).
+    pub url: String,
+    pub dir: PathBuf,
+    name: String,
+}
+
+impl TestDb {
+    pub fn new(backend: Backend) -> TestDb {
+        let name = unique("leaderd");
+        let dir = std::env::temp_dir().join(&name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = match backend {
+            Backend::Postgres => {
+                let statement = format!("CREATE DATABASE {name}");
+                block_on(async move {
+                    let mut c = AsyncPgConnection::establish(POSTGRES_ADMIN).await.unwrap();
+                    c.batch_execute(&statement).await.unwrap();
+                });
+                format!("postgres://postgres@127.0.0.1:5432/{name}")
+            }
+            Backend::Mysql => {
+                let statement = format!("CREATE DATABASE {name}");
+                block_on(async move {
+                    let mut c = AsyncMysqlConnection::establish(MYSQL_ADMIN).await.unwrap();
+                    c.batch_execute(&statement).await.unwrap();
+                });
+                format!("mysql://root@127.0.0.1:3306/{name}")
+            }
+            Backend::Sqlite => format!("sqlite://{}", dir.join("leaderd.sqlite3").display()),
+        };
+        TestDb {
+            backend,
+            url,
+            dir,
+            name,
+        }
+    }
+
+    /// The URL with its host and port replaced by `addr` (for a proxy).
+    pub fn url_via(&self, addr: std::net::SocketAddr) -> String {
+        let port = match self.backend {
+            Backend::Postgres => "127.0.0.1:5432",
+            Backend::Mysql => "127.0.0.1:3306",
+            Backend::Sqlite => panic!("SQLite has no connection to proxy"),
+        };
+        let url = self.url.replace(port, &addr.to_string());
+        match self.backend {
+            // mysql_async otherwise switches to the server's Unix socket on a local host,
+            // around the proxy.
+            Backend::Mysql => format!("{url}?prefer_socket=false"),
+            _ => url,
+        }
+    }
+
+    /// The upstream address a proxy forwards to.
+    pub fn server_addr(&self) -> std::net::SocketAddr {
+        match self.backend {
+            Backend::Postgres => "127.0.0.1:5432".parse().unwrap(),
+            Backend::Mysql => "127.0.0.1:3306".parse().unwrap(),
+            Backend::Sqlite => panic!("SQLite has no server"),
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let statement = format!("DROP DATABASE IF EXISTS {}", self.name);
+        match self.backend {
+            Backend::Postgres => block_on(async move {
+                let mut c = AsyncPgConnection::establish(POSTGRES_ADMIN).await.unwrap();
+                c.batch_execute(&format!("{statement} WITH (FORCE)"))
+                    .await
+                    .unwrap();
+            }),
+            Backend::Mysql => block_on(async move {
+                let mut c = AsyncMysqlConnection::establish(MYSQL_ADMIN).await.unwrap();
+                c.batch_execute(&statement).await.unwrap();
+            }),
+            Backend::Sqlite => {}
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            eprintln!("test files kept in {}", self.dir.display());
+        }
+    }
+}
+
+/// What a node's status file said when it was read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusFile {
+    pub node_id: String,
+    pub role: String,
+    pub leader: Option<String>,
+    pub term: Option<i64>,
+    pub since: SystemTime,
+    pub valid_until: SystemTime,
+}
+
+impl StatusFile {
+    pub fn read(path: &Path) -> Option<StatusFile> {
+        let text = std::fs::read_to_string(path).ok()?;
+        let json: serde_json::Value = serde_json::from_str(&text).expect("status file is JSON");
+        let time = |key: &str| humantime::parse_rfc3339(json[key].as_str().unwrap()).unwrap();
+        Some(StatusFile {
+            node_id: json["node_id"].as_str().unwrap().to_owned(),
+            role: json["role"].as_str().unwrap().to_owned(),
+            leader: json["leader"].as_str().map(str::to_owned),
+            term: json["term"].as_i64(),
+            since: time("since"),
+            valid_until: time("valid_until"),
+        })
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.role == "leader"
+    }
+}
+
+/// The `leaderd` binary under test.
+pub fn leaderd() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_leaderd"))
+}
+
+/// One `leaderd run` process.
+pub struct Node {
+    pub id: String,
+    pub status_path: PathBuf,
+    pub log_path: PathBuf,
+    child: Child,
+}
+
+/// Timing and identity shared by the nodes of one test.
+#[derive(Debug, Clone)]
+pub struct NodeSettings {
+    pub election: String,
+    pub ttl: Duration,
+    pub interval: Duration,
+}
+
+impl Default for NodeSettings {
+    fn default() -> Self {
+        NodeSettings {
+            election: unique("election"),
+            ttl: Duration::from_millis(1200),
+            interval: Duration::from_secs(1),
+        }
+    }
+}
+
+impl Node {
+    pub fn start(db: &TestDb, settings: &NodeSettings, id: &str, url: &str) -> Node {
+        let status_path = db.dir.join(format!("{id}.status.json"));
+        let log_path = db.dir.join(format!("{id}.log"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .unwrap();
+        let child = leaderd()
+            .args(["run", "--id", id])
+            .current_dir(&db.dir)
+            .env("LEADERD_DATABASE__URL", url)
+            .env("LEADERD_ELECTION__NAME", &settings.election)
+            .env(
+                "LEADERD_ELECTION__TTL",
+                format!("{}ms", settings.ttl.as_millis()),
+            )
+            .env(
+                "LEADERD_ELECTION__INTERVAL",
+                format!("{}ms", settings.interval.as_millis()),
+            )
+            .env("LEADERD_STATUS__PATH", &status_path)
+            .env("RUST_LOG", "leaderd=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("leaderd starts");
+        Node {
+            id: id.to_owned(),
+            status_path,
+            log_path,
+            child,
+        }
+    }
+
+    pub fn pid(&self) -> nix::unistd::Pid {
+        nix::unistd::Pid::from_raw(self.child.id() as i32)
+    }
+
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(self.pid(), signal).unwrap();
+    }
+
+    pub fn status(&self) -> Option<StatusFile> {
+        StatusFile::read(&self.status_path)
+    }
+
+    /// Waits for the process to exit and returns its exit code.
+    pub async fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(
+                start.elapsed() < limit,
+                "{} did not exit within {limit:?}",
+                self.id
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Samples the status files of a set of nodes and asserts, at every sample, that no two
+/// nodes claim leadership that is still valid. Sound despite the files being read one
+/// after another: a node can only become leader after every earlier leader's
+/// `valid_until` has passed, so comparing against the time *after* reading all files never
+/// flags a legitimate handover.
+pub struct Sampler {
+    pub samples: u64,
+    /// Every leader status seen, per node: (term, since, valid_until).
+    pub leaderships: Vec<(String, i64, SystemTime, SystemTime)>,
+}
+
+impl Sampler {
+    pub fn new() -> Sampler {
+        Sampler {
+            samples: 0,
+            leaderships: Vec::new(),
+        }
+    }
+
+    /// Reads every node's file once, checks the invariant and returns what was read.
+    pub fn sample(&mut self, nodes: &[&Node]) -> Vec<Option<StatusFile>> {
+        let statuses: Vec<_> = nodes.iter().map(|n| n.status()).collect();
+        let read_done = SystemTime::now();
+        let valid_leaders: Vec<_> = statuses
+            .iter()
+            .flatten()
+            .filter(|s| s.is_leader() && s.valid_until > read_done)
+            .collect();
+        let ids: std::collections::BTreeSet<_> = valid_leaders.iter().map(|s| &s.node_id).collect();
+        assert!(
+            ids.len() <= 1,
+            "two valid leaders at once: {valid_leaders:#?}"
+        );
+        for status in statuses.iter().flatten().filter(|s| s.is_leader()) {
+            let entry = (
+                status.node_id.clone(),
+                status.term.unwrap(),
+                status.since,
+                status.valid_until,
+            );
+            match self
+                .leaderships
+                .iter_mut()
+                .find(|(id, term, ..)| *id == entry.0 && *term == entry.1)
+            {
+                Some(existing) => existing.3 = existing.3.max(entry.3),
+                None => self.leaderships.push(entry),
+            }
+        }
+        self.samples += 1;
+        statuses
+    }
+
+    /// Leadership terms seen must not overlap in time and must grow in order of time.
+    pub fn check_terms(&self) {
+        let mut terms = self.leaderships.clone();
+        terms.sort_by_key(|(_, term, ..)| *term);
+        for pair in terms.windows(2) {
+            let (earlier, later) = (&pair[0], &pair[1]);
+            assert!(
+                later.2 >= earlier.3,
+                "term {} of {} began before term {} of {} stopped being valid: {terms:#?}",
+                later.1,
+                later.0,
+                earlier.1,
+                earlier.0
+            );
+        }
+    }
+
+    /// Samples every few milliseconds until `condition` holds for what was read; returns
+    /// the statuses then and the time it took.
+    pub async fn until(
+        &mut self,
+        nodes: &[&Node],
+        limit: Duration,
+        what: &str,
+        condition: impl Fn(&[Option<StatusFile>]) -> bool,
+    ) -> (Vec<Option<StatusFile>>, Duration) {
+        let start = std::time::Instant::now();
+        loop {
+            let statuses = self.sample(nodes);
+            if condition(&statuses) {
+                return (statuses, start.elapsed());
+            }
+            if start.elapsed() > limit {
+                for node in nodes {
+                    eprintln!("--- {} log:\n{}", node.id, node.log());
+                }
+                panic!("{what}: not within {limit:?}; last statuses: {statuses:#?}");
+            }
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+    }
+
+    /// Samples for `duration`, only checking the invariant.
+    pub async fn watch(&mut self, nodes: &[&Node], duration: Duration) {
+        let end = std::time::Instant::now() + duration;
+        while std::time::Instant::now() < end {
+            self.sample(nodes);
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+    }
+}
+
+/// The one node whose status says leader, if exactly one does and all others follow it.
+pub fn agreed_leader(statuses: &[Option<StatusFile>]) -> Option<(String, i64)> {
+    let statuses: Vec<&StatusFile> = statuses.iter().flatten().collect();
+    let leaders: Vec<_> = statuses.iter().filter(|s| s.is_leader()).collect();
+    let [leader] = leaders.as_slice() else {
+        return None;
+    };
+    let agreed = statuses
+        .iter()
+        .all(|s| s.leader.as_deref() == Some(&leader.node_id) && s.term == leader.term);
+    agreed.then(|| (leader.node_id.clone(), leader.term.unwrap()))
+}

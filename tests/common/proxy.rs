@@ -1,0 +1,92 @@
+//! A TCP proxy between a node and its database that can stall or drop traffic on demand.
+
+use std::net::SocketAddr;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Forward everything.
+    Pass,
+    /// Accept and read, but forward nothing (a network partition that keeps sockets open).
+    Stall,
+    /// Close every connection and every new one at once (the server went away).
+    Drop,
+}
+
+pub struct Proxy {
+    pub addr: SocketAddr,
+    mode: watch::Sender<Mode>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    pub async fn start(upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (mode, watching) = watch::channel(Mode::Pass);
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                tokio::spawn(connection(client, upstream, watching.clone()));
+            }
+        });
+        Proxy { addr, mode, task }
+    }
+
+    pub fn set(&self, mode: Mode) {
+        self.mode.send_replace(mode);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.set(Mode::Drop);
+        self.task.abort();
+    }
+}
+
+/// Waits until traffic may flow; false once the proxy drops connections.
+async fn may_pass(mode: &mut watch::Receiver<Mode>) -> bool {
+    loop {
+        match *mode.borrow_and_update() {
+            Mode::Pass => return true,
+            Mode::Drop => return false,
+            Mode::Stall => {}
+        }
+        if mode.changed().await.is_err() {
+            return false;
+        }
+    }
+}
+
+async fn connection(client: TcpStream, upstream: SocketAddr, mut mode: watch::Receiver<Mode>) {
+    if !may_pass(&mut mode).await {
+        return;
+    }
+    let Ok(server) = TcpStream::connect(upstream).await else {
+        return;
+    };
+    let (client_read, client_write) = client.into_split();
+    let (server_read, server_write) = server.into_split();
+    let mut dropped = mode.clone();
+    tokio::select! {
+        _ = pump(client_read, server_write, mode.clone()) => {}
+        _ = pump(server_read, client_write, mode) => {}
+        _ = dropped.wait_for(|m| *m == Mode::Drop) => {}
+    }
+}
+
+async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut mode: watch::Receiver<Mode>) {
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if !may_pass(&mut mode).await || to.write_all(&buffer[..n]).await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! The SQL lease store against the real PostgreSQL, MariaDB and SQLite: each statement's
+//! guarantees, judged by the database clock, on a database created for the test.
+
+mod common;
+
+use common::proxy::{Mode, Proxy};
+use common::{Backend, TestDb};
+use leaderd::config::DatabaseUrl;
+use leaderd::store::{LeaseStore, SqlStore, StoreError, Timeouts};
+use std::time::{Duration, Instant};
+
+const TTL: Duration = Duration::from_millis(1200);
+
+fn store_at(url: &str, query_timeout: Duration) -> SqlStore {
+    SqlStore::new(
+        DatabaseUrl::parse(url).unwrap(),
+        Timeouts {
+            connect: Duration::from_secs(2),
+            query: query_timeout,
+        },
+        true,
+    )
+}
+
+fn store(db: &TestDb) -> SqlStore {
+    store_at(&db.url, TTL)
+}
+
+async fn claim_renew_release(backend: Backend) {
+    let db = TestDb::new(backend);
+    let (mut a, mut b) = (store(&db), store(&db));
+    let name = "claims";
+    assert_eq!(a.get(name).await.unwrap(), None);
+    a.ensure_row(name).await.unwrap();
+    a.ensure_row(name).await.unwrap();
+    let row = a.get(name).await.unwrap().unwrap();
+    assert_eq!(
+        (row.holder, row.term),
+        (None, 0),
+        "creating the row grants nothing"
+    );
+
+    assert!(a.claim(name, "a", TTL, 0).await.unwrap());
+    assert!(!b.claim(name, "b", TTL, 0).await.unwrap(), "stale term");
+    assert!(!b.claim(name, "b", TTL, 1).await.unwrap(), "live lease");
+    assert!(a.renew(name, "a", TTL, 1).await.unwrap());
+    assert!(!b.renew(name, "b", TTL, 1).await.unwrap(), "not the holder");
+    assert!(!a.renew(name, "a", TTL, 0).await.unwrap(), "wrong term");
+    let row = b.get(name).await.unwrap().unwrap();
+    assert_eq!((row.live_holder(), row.term), (Some("a"), 1));
+    assert!(
+        row.remaining() > TTL - Duration::from_millis(300),
+        "{row:?}"
+    );
+
+    assert!(!b.release(name, "b", 1).await.unwrap());
+    assert!(a.release(name, "a", 1).await.unwrap());
+    assert!(!a.release(name, "a", 1).await.unwrap(), "released once");
+    assert!(
+        !a.renew(name, "a", TTL, 1).await.unwrap(),
+        "a released lease cannot be renewed"
+    );
+    let row = b.get(name).await.unwrap().unwrap();
+    assert_eq!(
+        (row.holder.as_deref(), row.remaining()),
+        (None, Duration::ZERO)
+    );
+    assert!(
+        b.claim(name, "b", TTL, 1).await.unwrap(),
+        "a released lease is free at once"
+    );
+    assert_eq!(b.get(name).await.unwrap().unwrap().term, 2);
+}
+
+async fn leases_lapse_by_the_database_clock(backend: Backend) {
+    let db = TestDb::new(backend);
+    let (mut a, mut b) = (store(&db), store(&db));
+    let name = "lapse";
+    let short = Duration::from_millis(300);
+    a.ensure_row(name).await.unwrap();
+    assert!(a.claim(name, "a", short, 0).await.unwrap());
+    let claimed = Instant::now();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let row = b.get(name).await.unwrap().unwrap();
+    // Sub-second precision: whole-second timestamps would show 0 or 1000.
+    assert!(
+        row.age >= Duration::from_millis(140)
+            && row.age <= claimed.elapsed() + Duration::from_millis(5),
+        "age {:?} after {:?}",
+        row.age,
+        claimed.elapsed()
+    );
+    assert!(
+        !b.claim(name, "b", TTL, 1).await.unwrap(),
+        "still live at half its lease"
+    );
+
+    tokio::time::sleep(short - claimed.elapsed() + Duration::from_millis(20)).await;
+    assert!(
+        !a.renew(name, "a", short, 1).await.unwrap(),
+        "a lapsed lease is not renewed"
+    );
+    assert!(
+        b.claim(name, "b", TTL, 1).await.unwrap(),
+        "a lapsed lease can be taken"
+    );
+    assert!(
+        !a.reacquire(name, "a", TTL, 1).await.unwrap(),
+        "not ours any more"
+    );
+
+    // The holder of a row can start a new term on it while it still holds it.
+    assert!(b.reacquire(name, "b", TTL, 2).await.unwrap());
+    assert_eq!(a.get(name).await.unwrap().unwrap().term, 3);
+}
+
+async fn ids_are_compared_exactly(backend: Backend) {
+    let db = TestDb::new(backend);
+    let mut s = store(&db);
+    let name = "exact";
+    s.ensure_row(name).await.unwrap();
+    assert!(s.claim(name, "node-a", TTL, 0).await.unwrap());
+    assert!(
+        !s.renew(name, "Node-A", TTL, 1).await.unwrap(),
+        "case-insensitive match"
+    );
+    assert!(!s.release(name, "NODE-A", 1).await.unwrap());
+    assert!(s.renew(name, "node-a", TTL, 1).await.unwrap());
+    // Election names, too.
+    assert_eq!(s.get("EXACT").await.unwrap(), None);
+}
+
+async fn concurrent_claims_have_one_winner(backend: Backend) {
+    let db = TestDb::new(backend);
+    let mut setup = store(&db);
+    setup.ensure_row("race").await.unwrap();
+    for round in 0..5i64 {
+        let mut tasks = Vec::new();
+        for i in 0..5 {
+            let mut s = store(&db);
+            tasks.push(tokio::spawn(async move {
+                s.claim("race", &format!("n{i}"), Duration::from_millis(1), round)
+                    .await
+                    .unwrap()
+            }));
+        }
+        let mut winners = 0;
+        for task in tasks {
+            winners += task.await.unwrap() as usize;
+        }
+        assert_eq!(winners, 1, "round {round}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn migrations_run_concurrently_and_again(backend: Backend) {
+    let db = TestDb::new(backend);
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let mut s = store(&db);
+        tasks.push(tokio::spawn(async move {
+            // A node that loses a migration race on SQLite retries, as the daemon does.
+            for _ in 0..5 {
+                if s.connect().await.is_ok() {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            false
+        }));
+    }
+    for task in tasks {
+        assert!(task.await.unwrap());
+    }
+    store(&db).connect().await.unwrap();
+}
+
+/// A stalled connection times out on the client, and the store then opens a new one
+/// instead of reusing the one in an unknown state.
+async fn a_stalled_connection_is_replaced(backend: Backend) {
+    let db = TestDb::new(backend);
+    let proxy = Proxy::start(db.server_addr()).await;
+    let mut s = store_at(&db.url_via(proxy.addr), Duration::from_millis(300));
+    s.ensure_row("stall").await.unwrap();
+    assert!(s.claim("stall", "a", TTL, 0).await.unwrap());
+    proxy.set(Mode::Stall);
+    let started = Instant::now();
+    let error = s.renew("stall", "a", TTL, 1).await.unwrap_err();
+    assert!(matches!(error, StoreError::QueryTimeout { .. }), "{error}");
+    assert!(
+        started.elapsed() < Duration::from_millis(600),
+        "{:?}",
+        started.elapsed()
+    );
+    proxy.set(Mode::Drop);
+    assert!(s.get("stall").await.is_err());
+    proxy.set(Mode::Pass);
+    assert!(
+        s.renew("stall", "a", TTL, 1).await.unwrap(),
+        "works again on a new connection"
+    );
+}
+
+macro_rules! for_each_backend {
+    ($($test:ident),* $(,)?) => {
+        mod postgres { $( #[tokio::test(flavor = "multi_thread")] async fn $test() { super::$test(super::Backend::Postgres).await } )* }
+        mod mysql { $( #[tokio::test(flavor = "multi_thread")] async fn $test() { super::$test(super::Backend::Mysql).await } )* }
+        mod sqlite { $( #[tokio::test(flavor = "multi_thread")] async fn $test() { super::$test(super::Backend::Sqlite).await } )* }
+    };
+}
+
+for_each_backend!(
+    claim_renew_release,
+    leases_lapse_by_the_database_clock,
+    ids_are_compared_exactly,
+    concurrent_claims_have_one_winner,
+    migrations_run_concurrently_and_again,
+);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_stalled_connection_is_replaced() {
+    a_stalled_connection_is_replaced(Backend::Postgres).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_stalled_connection_is_replaced() {
+    a_stalled_connection_is_replaced(Backend::Mysql).await
+}
