@@ -152,6 +152,7 @@ pub struct StatusFile {
     pub leader: Option<String>,
     pub term: Option<i64>,
     pub since: SystemTime,
+    pub updated_at: SystemTime,
     pub valid_until: SystemTime,
 }
 
@@ -166,6 +167,7 @@ impl StatusFile {
             leader: json["leader"].as_str().map(str::to_owned),
             term: json["term"].as_i64(),
             since: time("since"),
+            updated_at: time("updated_at"),
             valid_until: time("valid_until"),
         })
     }
@@ -290,8 +292,29 @@ impl Drop for Node {
 /// flags a legitimate handover.
 pub struct Sampler {
     pub samples: u64,
-    /// Every leader status seen, per node: (term, since, valid_until).
-    pub leaderships: Vec<(String, i64, SystemTime, SystemTime)>,
+    /// Every leadership seen.
+    pub leaderships: Vec<Leadership>,
+}
+
+/// One node's leadership in one term, as its status file showed it.
+#[derive(Debug, Clone)]
+pub struct Leadership {
+    pub node_id: String,
+    pub term: i64,
+    pub since: SystemTime,
+    /// The latest `valid_until` it claimed.
+    pub valid_until: SystemTime,
+    /// When its file first said it no longer led (a clean step-down ends before
+    /// `valid_until`).
+    pub ended_at: Option<SystemTime>,
+}
+
+impl Leadership {
+    /// The last instant this leadership could have been acted on.
+    pub fn end(&self) -> SystemTime {
+        self.ended_at
+            .map_or(self.valid_until, |e| e.min(self.valid_until))
+    }
 }
 
 impl Sampler {
@@ -316,39 +339,51 @@ impl Sampler {
             ids.len() <= 1,
             "two valid leaders at once: {valid_leaders:#?}"
         );
-        for status in statuses.iter().flatten().filter(|s| s.is_leader()) {
-            let entry = (
-                status.node_id.clone(),
-                status.term.unwrap(),
-                status.since,
-                status.valid_until,
-            );
-            match self
+        for status in statuses.iter().flatten() {
+            let term = status.term.unwrap_or(-1);
+            let known = self
                 .leaderships
                 .iter_mut()
-                .find(|(id, term, ..)| *id == entry.0 && *term == entry.1)
-            {
-                Some(existing) => existing.3 = existing.3.max(entry.3),
-                None => self.leaderships.push(entry),
+                .find(|l| l.node_id == status.node_id && l.term == term);
+            match (status.is_leader(), known) {
+                (true, Some(known)) => {
+                    known.valid_until = known.valid_until.max(status.valid_until)
+                }
+                (true, None) => self.leaderships.push(Leadership {
+                    node_id: status.node_id.clone(),
+                    term,
+                    since: status.since,
+                    valid_until: status.valid_until,
+                    ended_at: None,
+                }),
+                (false, _) => {
+                    for open in self.leaderships.iter_mut().filter(|l| {
+                        l.node_id == status.node_id
+                            && l.ended_at.is_none()
+                            && l.since <= status.updated_at
+                    }) {
+                        open.ended_at = Some(status.updated_at);
+                    }
+                }
             }
         }
         self.samples += 1;
         statuses
     }
 
-    /// Leadership terms seen must not overlap in time and must grow in order of time.
+    /// Leaderships seen must not overlap in time, and terms must grow with time.
     pub fn check_terms(&self) {
         let mut terms = self.leaderships.clone();
-        terms.sort_by_key(|(_, term, ..)| *term);
+        terms.sort_by_key(|l| l.term);
         for pair in terms.windows(2) {
             let (earlier, later) = (&pair[0], &pair[1]);
             assert!(
-                later.2 >= earlier.3,
-                "term {} of {} began before term {} of {} stopped being valid: {terms:#?}",
-                later.1,
-                later.0,
-                earlier.1,
-                earlier.0
+                later.since >= earlier.end(),
+                "term {} of {} began before term {} of {} ended: {terms:#?}",
+                later.term,
+                later.node_id,
+                earlier.term,
+                earlier.node_id
             );
         }
     }

@@ -1,0 +1,268 @@
+//! The real `leaderd` binary as several processes on each backend, broken on purpose:
+//! SIGTERM, SIGKILL, SIGSTOP, and a cut database connection. Every test samples the
+//! nodes' status files throughout and fails if two nodes ever claim valid leadership at
+//! once, or if a term began before the previous one stopped being valid.
+//!
+//! Lines starting with `[measured]` report timings for the closing notes and benchmarks;
+//! the assertions only check the documented bounds, with room for a loaded machine.
+
+mod common;
+
+use common::proxy::{Mode, Proxy};
+use common::{Backend, Node, NodeSettings, Sampler, StatusFile, TestDb, agreed_leader};
+use nix::sys::signal::Signal;
+use std::time::{Duration, Instant, SystemTime};
+
+const SETTLE: Duration = Duration::from_secs(15);
+
+fn start_nodes(db: &TestDb, settings: &NodeSettings, ids: &[&str]) -> Vec<Node> {
+    ids.iter()
+        .map(|id| Node::start(db, settings, id, &db.url))
+        .collect()
+}
+
+/// Waits until every node has a status file and all agree on one leader and term.
+async fn wait_agreed(sampler: &mut Sampler, nodes: &[&Node]) -> (String, i64) {
+    let (statuses, _) = sampler
+        .until(nodes, SETTLE, "all nodes agree on one leader", |s| {
+            s.iter().all(Option::is_some) && agreed_leader(s).is_some()
+        })
+        .await;
+    agreed_leader(&statuses).unwrap()
+}
+
+fn by_id<'a>(nodes: &'a [Node], id: &str) -> &'a Node {
+    nodes.iter().find(|n| n.id == id).unwrap()
+}
+
+async fn three_nodes_elect_one_leader(backend: Backend) {
+    let db = TestDb::new(backend);
+    let settings = NodeSettings::default();
+    let nodes = start_nodes(&db, &settings, &["a", "b", "c"]);
+    let all: Vec<&Node> = nodes.iter().collect();
+    let mut sampler = Sampler::new();
+    let elected = wait_agreed(&mut sampler, &all).await;
+    assert_eq!(elected.1, 1, "the first leader has term 1");
+    sampler.watch(&all, Duration::from_secs(3)).await;
+    assert_eq!(
+        agreed_leader(&sampler.sample(&all)),
+        Some(elected),
+        "a healthy leader keeps its term"
+    );
+    sampler.check_terms();
+}
+
+async fn sigterm_hands_over_with_a_higher_term(backend: Backend) {
+    let db = TestDb::new(backend);
+    let settings = NodeSettings::default();
+    let mut nodes = start_nodes(&db, &settings, &["a", "b", "c"]);
+    let mut sampler = Sampler::new();
+    let all: Vec<&Node> = nodes.iter().collect();
+    let (leader, term) = wait_agreed(&mut sampler, &all).await;
+
+    let stopped = Instant::now();
+    by_id(&nodes, &leader).signal(Signal::SIGTERM);
+    let others: Vec<&Node> = nodes.iter().filter(|n| n.id != leader).collect();
+    sampler
+        .until(&others, SETTLE, "the others agree on a new leader", |s| {
+            agreed_leader(s).is_some_and(|(_, t)| t > term)
+        })
+        .await;
+    let handover = stopped.elapsed();
+    eprintln!(
+        "[measured] {backend:?}: SIGTERM to new leader's status file: {} ms",
+        handover.as_millis()
+    );
+    assert!(
+        handover <= settings.interval + Duration::from_millis(500),
+        "handover took {handover:?}"
+    );
+
+    let old = nodes.iter_mut().find(|n| n.id == leader).unwrap();
+    let exit = old.wait_exit(Duration::from_secs(1)).await;
+    assert_eq!(exit, Some(0), "a clean stop exits 0 within a second");
+    let last = old.status().unwrap();
+    assert_eq!(last.role, "unknown");
+    assert!(last.valid_until <= SystemTime::now());
+    let all: Vec<&Node> = nodes.iter().collect();
+    sampler.sample(&all);
+    sampler.check_terms();
+}
+
+async fn sigkill_fails_over_within_ttl_plus_interval(backend: Backend) {
+    let db = TestDb::new(backend);
+    let settings = NodeSettings::default();
+    let nodes = start_nodes(&db, &settings, &["a", "b", "c"]);
+    let mut sampler = Sampler::new();
+    let all: Vec<&Node> = nodes.iter().collect();
+    let (leader, term) = wait_agreed(&mut sampler, &all).await;
+    // Kill at a random point of the renewal cycle, not right after an election.
+    tokio::time::sleep(Duration::from_millis(
+        1000 + u64::from(
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .subsec_millis(),
+        ),
+    ))
+    .await;
+
+    let killed = Instant::now();
+    by_id(&nodes, &leader).signal(Signal::SIGKILL);
+    let others: Vec<&Node> = nodes.iter().filter(|n| n.id != leader).collect();
+    let (_, _) = sampler
+        .until(&others, SETTLE, "the others agree on a new leader", |s| {
+            agreed_leader(s).is_some_and(|(_, t)| t > term)
+        })
+        .await;
+    let failover = killed.elapsed();
+    eprintln!(
+        "[measured] {backend:?}: SIGKILL to new leader's status file: {} ms",
+        failover.as_millis()
+    );
+    assert!(
+        failover <= settings.ttl + settings.interval,
+        "failover took {failover:?}"
+    );
+    sampler.watch(&all, Duration::from_millis(200)).await;
+    sampler.check_terms();
+}
+
+/// The leader reaches the database through a proxy that then stalls: it must stop acting
+/// as leader by the time its last renewal can lapse, and the others take over after that.
+async fn a_cut_off_leader_demotes_before_its_lease_lapses(backend: Backend) {
+    let db = TestDb::new(backend);
+    let settings = NodeSettings::default();
+    let proxy = Proxy::start(db.server_addr()).await;
+    let mut nodes = vec![Node::start(&db, &settings, "cut", &db.url_via(proxy.addr))];
+    let mut sampler = Sampler::new();
+    sampler
+        .until(&[&nodes[0]], SETTLE, "the proxied node leads", |s| {
+            s[0].as_ref().is_some_and(StatusFile::is_leader)
+        })
+        .await;
+    nodes.extend(start_nodes(&db, &settings, &["b", "c"]));
+    let all: Vec<&Node> = nodes.iter().collect();
+    let (leader, term) = wait_agreed(&mut sampler, &all).await;
+    assert_eq!(leader, "cut");
+
+    proxy.set(Mode::Stall);
+    let cut = Instant::now();
+    let cut_wall = SystemTime::now();
+    let (statuses, demoted) = sampler
+        .until(
+            &all,
+            settings.ttl + Duration::from_millis(500),
+            "the cut-off leader demotes",
+            |s| s[0].as_ref().is_some_and(|s| !s.is_leader()),
+        )
+        .await;
+    eprintln!(
+        "[measured] {backend:?}: connection stalled to leader demoted (status file): {} ms",
+        demoted.as_millis()
+    );
+    assert_eq!(statuses[0].as_ref().unwrap().role, "unknown");
+    // No renewal got through after the cut, so its leadership ended within a ttl of it.
+    let last_valid = sampler
+        .leaderships
+        .iter()
+        .filter(|l| l.node_id == "cut")
+        .map(|l| l.end())
+        .max()
+        .unwrap();
+    assert!(
+        last_valid <= cut_wall + settings.ttl,
+        "valid {:?} past the cut",
+        last_valid.duration_since(cut_wall)
+    );
+
+    let others: Vec<&Node> = all[1..].to_vec();
+    sampler
+        .until(&others, SETTLE, "the others take over", |s| {
+            agreed_leader(s).is_some_and(|(_, t)| t > term)
+        })
+        .await;
+    eprintln!(
+        "[measured] {backend:?}: connection stalled to new leader: {} ms",
+        cut.elapsed().as_millis()
+    );
+
+    // Back on the network, the old leader follows.
+    proxy.set(Mode::Pass);
+    sampler
+        .until(&all, SETTLE, "the old leader rejoins as follower", |s| {
+            agreed_leader(s).is_some()
+        })
+        .await;
+    sampler.check_terms();
+}
+
+/// A leader frozen for longer than its lease (SIGSTOP, like a VM pause) must not act as
+/// leader when it wakes, although its timers and in-flight renewal all fire at once.
+async fn a_paused_leader_does_not_lead_on_waking(backend: Backend) {
+    let db = TestDb::new(backend);
+    let settings = NodeSettings::default();
+    let nodes = start_nodes(&db, &settings, &["a", "b", "c"]);
+    let mut sampler = Sampler::new();
+    let all: Vec<&Node> = nodes.iter().collect();
+    let (leader, term) = wait_agreed(&mut sampler, &all).await;
+    let paused = by_id(&nodes, &leader);
+
+    paused.signal(Signal::SIGSTOP);
+    let others: Vec<&Node> = nodes.iter().filter(|n| n.id != leader).collect();
+    let (statuses, _) = sampler
+        .until(&others, SETTLE, "the others take over", |s| {
+            agreed_leader(s).is_some_and(|(_, t)| t > term)
+        })
+        .await;
+    let (new_leader, new_term) = agreed_leader(&statuses).unwrap();
+    tokio::time::sleep(settings.ttl).await;
+    paused.signal(Signal::SIGCONT);
+
+    let woke = Instant::now();
+    while woke.elapsed() < Duration::from_secs(3) {
+        let statuses = sampler.sample(&all);
+        let status = statuses
+            .iter()
+            .flatten()
+            .find(|s| s.node_id == leader)
+            .unwrap();
+        assert!(
+            !(status.is_leader() && status.valid_until > SystemTime::now()),
+            "the woken node claims valid leadership: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    assert_eq!(
+        agreed_leader(&sampler.sample(&all)),
+        Some((new_leader, new_term))
+    );
+    sampler.check_terms();
+}
+
+macro_rules! for_each_backend {
+    ($($test:ident),* $(,)?) => {
+        mod postgres { $( #[tokio::test(flavor = "multi_thread")] async fn $test() { super::$test(super::Backend::Postgres).await } )* }
+        mod mysql { $( #[tokio::test(flavor = "multi_thread")] async fn $test() { super::$test(super::Backend::Mysql).await } )* }
+        mod sqlite { $( #[tokio::test(flavor = "multi_thread")] async fn $test() { super::$test(super::Backend::Sqlite).await } )* }
+    };
+}
+
+for_each_backend!(
+    three_nodes_elect_one_leader,
+    sigterm_hands_over_with_a_higher_term,
+    sigkill_fails_over_within_ttl_plus_interval,
+    a_paused_leader_does_not_lead_on_waking,
+);
+
+// SQLite has no connection to cut; the unit tests cover the same logic with a store whose
+// operations hang.
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_cut_off_leader_demotes_before_its_lease_lapses() {
+    a_cut_off_leader_demotes_before_its_lease_lapses(Backend::Postgres).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_cut_off_leader_demotes_before_its_lease_lapses() {
+    a_cut_off_leader_demotes_before_its_lease_lapses(Backend::Mysql).await
+}
