@@ -266,3 +266,72 @@ async fn postgres_cut_off_leader_demotes_before_its_lease_lapses() {
 async fn mysql_cut_off_leader_demotes_before_its_lease_lapses() {
     a_cut_off_leader_demotes_before_its_lease_lapses(Backend::Mysql).await
 }
+
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// Nodes whose wall clocks are an hour ahead or behind must not take a live lease: expiry
+/// is judged by the database clock only. (Not on SQLite, whose "database clock" is each
+/// process's own; SQLite nodes share one host and so one clock.)
+async fn skewed_clocks_do_not_steal_a_live_lease(backend: Backend) {
+    assert!(
+        std::path::Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} missing: apt-get install faketime (.ci/run does)"
+    );
+    let db = TestDb::new(backend);
+    let settings = NodeSettings::default();
+    let mut nodes = vec![Node::start(&db, &settings, "honest", &db.url)];
+    let mut sampler = Sampler::new();
+    sampler
+        .until(&[&nodes[0]], SETTLE, "the honest node leads", |s| {
+            s[0].as_ref().is_some_and(StatusFile::is_leader)
+        })
+        .await;
+    for (id, offset) in [("ahead", "+1h"), ("behind", "-1h")] {
+        nodes.push(Node::start_with_env(
+            &db,
+            &settings,
+            id,
+            &db.url,
+            &[
+                ("LD_PRELOAD", LIBFAKETIME),
+                ("FAKETIME", offset),
+                // Skew the wall clock only; the monotonic clock is not what is tested.
+                ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+            ],
+        ));
+    }
+    let all: Vec<&Node> = nodes.iter().collect();
+    assert_eq!(
+        wait_agreed(&mut sampler, &all).await,
+        ("honest".to_owned(), 1)
+    );
+    sampler.watch(&all, Duration::from_secs(4)).await;
+    assert_eq!(
+        agreed_leader(&sampler.sample(&all)),
+        Some(("honest".to_owned(), 1))
+    );
+    // The skewed nodes really run skewed: their status files are stamped an hour off.
+    let ahead = nodes[1].status().unwrap();
+    assert!(ahead.valid_until > SystemTime::now() + Duration::from_secs(1800));
+    // And they still take over normally when the lease does lapse.
+    nodes[0].signal(Signal::SIGKILL);
+    let others: Vec<&Node> = nodes[1..].iter().collect();
+    sampler
+        .until(
+            &others,
+            SETTLE,
+            "a skewed node takes over after the lapse",
+            |s| agreed_leader(s).is_some_and(|(_, t)| t == 2),
+        )
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_skewed_clocks_do_not_steal_a_live_lease() {
+    skewed_clocks_do_not_steal_a_live_lease(Backend::Postgres).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_skewed_clocks_do_not_steal_a_live_lease() {
+    skewed_clocks_do_not_steal_a_live_lease(Backend::Mysql).await
+}

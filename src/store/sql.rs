@@ -132,6 +132,8 @@ struct RowSql {
 }
 
 /// One open connection to whichever backend the URL names.
+// A store owns exactly one of these, so the size difference between variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum DbConnection {
     Postgres(AsyncPgConnection),
     Mysql(AsyncMysqlConnection),

@@ -210,6 +210,17 @@ impl Default for NodeSettings {
 
 impl Node {
     pub fn start(db: &TestDb, settings: &NodeSettings, id: &str, url: &str) -> Node {
+        Self::start_with_env(db, settings, id, url, &[])
+    }
+
+    /// [`Node::start`] with extra environment variables for the process.
+    pub fn start_with_env(
+        db: &TestDb,
+        settings: &NodeSettings,
+        id: &str,
+        url: &str,
+        env: &[(&str, &str)],
+    ) -> Node {
         let status_path = db.dir.join(format!("{id}.status.json"));
         let log_path = db.dir.join(format!("{id}.log"));
         let log = std::fs::OpenOptions::new()
@@ -232,6 +243,7 @@ impl Node {
             )
             .env("LEADERD_STATUS__PATH", &status_path)
             .env("RUST_LOG", "leaderd=debug")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

@@ -1,0 +1,240 @@
+//! The command line as users and scripts meet it: configuration errors and their exit
+//! status, redaction, `status` and `migrate` on every backend, and a database that is
+//! unreachable when the daemon starts.
+
+mod common;
+
+use common::proxy::{Mode, Proxy};
+use common::{Backend, Node, NodeSettings, Sampler, StatusFile, TestDb, leaderd};
+use std::time::Duration;
+
+fn check_config(env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let output = leaderd()
+        .arg("check-config")
+        .env("LEADERD_NODE__ID", "n1")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn bad_configuration_exits_78_naming_key_and_value() {
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (
+            &[("LEADERD_ELECTION__TTL", "12OOms")],
+            "election.ttl = \"12OOms\": not a duration",
+        ),
+        (
+            &[
+                ("LEADERD_ELECTION__TTL", "1s"),
+                ("LEADERD_ELECTION__INTERVAL", "1s"),
+            ],
+            "election.ttl = \"1s\": must be greater than election.interval (1s)",
+        ),
+        (
+            &[("LEADERD_DATABASE__URL", "redis://127.0.0.1/0")],
+            "database.url = \"redis://127.0.0.1/0\": unknown scheme \"redis\"",
+        ),
+        (
+            &[("LEADERD_NODE__ID", "")],
+            "node.id = \"\": must not be empty",
+        ),
+        (
+            &[("LEADERD_NODE__ID", &"n".repeat(101))],
+            "node.id = \"nnnn",
+        ),
+        (
+            &[("LEADERD_ELECTION__TLL", "2s")],
+            "unknown configuration key `election.tll` (from environment variable LEADERD_ELECTION__TLL)",
+        ),
+    ];
+    for (env, expected) in cases {
+        let (code, _, stderr) = check_config(env);
+        assert_eq!(code, Some(78), "{env:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert!(
+            stderr.contains(expected),
+            "{env:?}: expected {expected:?} in {stderr:?}"
+        );
+    }
+}
+
+#[test]
+fn unknown_keys_in_a_file_name_the_file() {
+    let path = std::env::temp_dir().join(common::unique("config") + ".toml");
+    std::fs::write(&path, "[election]\nname = \"jobs\"\nintervall = \"1s\"\n").unwrap();
+    let output = leaderd()
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(78));
+    assert!(
+        stderr.contains("`election.intervall`") && stderr.contains(path.to_str().unwrap()),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn check_config_prints_the_effective_configuration_without_secrets() {
+    let (code, stdout, stderr) = check_config(&[
+        (
+            "LEADERD_DATABASE__URL",
+            "postgres://app:hunter2@db.internal:5432/app",
+        ),
+        ("LEADERD_ELECTION__NAME", "billing"),
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stdout.contains("hunter2") && !stderr.contains("hunter2"));
+    let config: toml::Table = stdout.parse().unwrap();
+    assert_eq!(
+        config["database"]["url"].as_str(),
+        Some("postgres://app:***@db.internal:5432/app")
+    );
+    assert_eq!(config["election"]["name"].as_str(), Some("billing"));
+    assert_eq!(config["node"]["id"].as_str(), Some("n1"));
+    assert_eq!(config["election"]["ttl"].as_str(), Some("1s 200ms"));
+}
+
+fn status_json(db: &TestDb, election: &str) -> serde_json::Value {
+    let output = leaderd()
+        .args(["status", "--json"])
+        .current_dir(&db.dir)
+        .env("LEADERD_DATABASE__URL", &db.url)
+        .env("LEADERD_ELECTION__NAME", election)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+async fn migrate_then_status_shows_the_leader(backend: Backend) {
+    let db = TestDb::new(backend);
+    let output = leaderd()
+        .arg("migrate")
+        .current_dir(&db.dir)
+        .env("LEADERD_DATABASE__URL", &db.url)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let settings = NodeSettings::default();
+    assert_eq!(
+        status_json(&db, &settings.election)["leader"],
+        serde_json::Value::Null
+    );
+
+    let node = Node::start(&db, &settings, "solo", &db.url);
+    let mut sampler = Sampler::new();
+    sampler
+        .until(&[&node], Duration::from_secs(10), "solo leads", |s| {
+            s[0].as_ref().is_some_and(StatusFile::is_leader)
+        })
+        .await;
+    let status = status_json(&db, &settings.election);
+    assert_eq!(status["leader"], "solo");
+    assert_eq!(status["term"], 1);
+    assert!(status["remaining_ms"].as_u64().unwrap() > 0);
+    assert!(status["remaining_ms"].as_u64().unwrap() <= 1200);
+}
+
+/// Start-up with the database away is not fatal: the node waits, says so once, and leads
+/// when the database comes back.
+async fn an_unreachable_database_at_start_is_waited_for(backend: Backend) {
+    let db = TestDb::new(backend);
+    let proxy = Proxy::start(db.server_addr()).await;
+    proxy.set(Mode::Drop);
+    let node = Node::start(
+        &db,
+        &NodeSettings::default(),
+        "patient",
+        &db.url_via(proxy.addr),
+    );
+    let mut sampler = Sampler::new();
+    sampler
+        .until(&[&node], Duration::from_secs(10), "a status file", |s| {
+            s[0].is_some()
+        })
+        .await;
+    sampler.watch(&[&node], Duration::from_secs(3)).await;
+    assert_eq!(node.status().unwrap().role, "unknown");
+    let warnings = node
+        .log()
+        .matches("database round failed; retrying")
+        .count();
+    assert_eq!(warnings, 1, "logged once, not every retry:\n{}", node.log());
+
+    proxy.set(Mode::Pass);
+    let (_, waited) = sampler
+        .until(
+            &[&node],
+            Duration::from_secs(5),
+            "leads once the database is back",
+            |s| s[0].as_ref().is_some_and(StatusFile::is_leader),
+        )
+        .await;
+    assert!(
+        waited <= Duration::from_millis(1500),
+        "retries are at most an interval apart: {waited:?}"
+    );
+    assert!(node.log().contains("database reachable again"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_of_an_unreachable_database_exits_69() {
+    let output = leaderd()
+        .args(["status"])
+        .env(
+            "LEADERD_DATABASE__URL",
+            "postgres://postgres@127.0.0.1:1/test",
+        )
+        .env("LEADERD_DATABASE__CONNECT_TIMEOUT", "500ms")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(69));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("127.0.0.1:1"), "{stderr}");
+}
+
+mod postgres {
+    #[tokio::test(flavor = "multi_thread")]
+    async fn migrate_then_status_shows_the_leader() {
+        super::migrate_then_status_shows_the_leader(super::Backend::Postgres).await
+    }
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_unreachable_database_at_start_is_waited_for() {
+        super::an_unreachable_database_at_start_is_waited_for(super::Backend::Postgres).await
+    }
+}
+
+mod mysql {
+    #[tokio::test(flavor = "multi_thread")]
+    async fn migrate_then_status_shows_the_leader() {
+        super::migrate_then_status_shows_the_leader(super::Backend::Mysql).await
+    }
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_unreachable_database_at_start_is_waited_for() {
+        super::an_unreachable_database_at_start_is_waited_for(super::Backend::Mysql).await
+    }
+}
+
+mod sqlite {
+    #[tokio::test(flavor = "multi_thread")]
+    async fn migrate_then_status_shows_the_leader() {
+        super::migrate_then_status_shows_the_leader(super::Backend::Sqlite).await
+    }
+}
