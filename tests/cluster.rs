@@ -126,6 +126,18 @@ async fn sigkill_fails_over_within_ttl_plus_interval(backend: Backend) {
     );
     sampler.watch(&all, Duration::from_millis(200)).await;
     sampler.check_terms();
+    // How soon after the dead leader's lease could lapse the next one took over (the
+    // followers poll at the moment they expect the lapse).
+    let old = sampler.leaderships.iter().find(|l| l.term == term).unwrap();
+    let new = sampler
+        .leaderships
+        .iter()
+        .find(|l| l.term == term + 1)
+        .unwrap();
+    eprintln!(
+        "[measured] {backend:?}: dead leader's deadline to new leader: {} ms",
+        new.since.duration_since(old.end()).unwrap().as_millis()
+    );
 }
 
 /// The leader reaches the database through a proxy that then stalls: it must stop acting

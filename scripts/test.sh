@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs the whole test suite on a fresh machine: makes sure the database servers the tests
+# talk to are up, installs the tools the tests use, then runs `cargo test`.
+# Extra arguments go to `cargo test` (e.g. `scripts/test.sh --test cluster`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+postgres_up() { (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; }
+mariadb_up() { (exec 3<>/dev/tcp/127.0.0.1/3306) 2>/dev/null; }
+
+if ! postgres_up; then
+  echo "starting PostgreSQL"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start
+fi
+if ! mariadb_up; then
+  echo "starting MariaDB"
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+fi
+for _ in $(seq 1 60); do
+  postgres_up && mariadb_up && break
+  sleep 1
+done
+postgres_up || { echo "PostgreSQL is not listening on 127.0.0.1:5432" >&2; exit 1; }
+mariadb_up || { echo "MariaDB is not listening on 127.0.0.1:3306" >&2; exit 1; }
+
+# The skewed-clock tests run nodes under libfaketime.
+if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]; then
+  echo "installing faketime"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime >/dev/null
+fi
+
+exec cargo test "$@"
