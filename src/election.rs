@@ -202,6 +202,8 @@ struct Machine {
     status: watch::Sender<Status>,
     /// Consecutive failed rounds (0 when the database answers).
     failures: u32,
+    /// Whether the last round succeeded, so the store's connection is open.
+    connected: bool,
     /// Whether the round trip was last seen thin against the renew margin.
     thin_margin: bool,
     /// A term in which the table names this node although this process never took it.
@@ -217,6 +219,7 @@ impl<S: LeaseStore> Election<S> {
             hold: Hold::None,
             status,
             failures: 0,
+            connected: false,
             thin_margin: false,
             foreign_term_warned: None,
         };
@@ -350,6 +353,7 @@ impl Machine {
             Ok(ok) => ok,
             Err(error) => {
                 self.failures += 1;
+                self.connected = false;
                 if self.failures == 1 {
                     warn!(%error, kind = error.kind(), election = %settings.name, "database round failed; retrying");
                 } else {
@@ -368,8 +372,12 @@ impl Machine {
         if self.failures > 0 {
             info!(failures = self.failures, election = %settings.name, "database reachable again");
             self.failures = 0;
+        } else if self.connected {
+            // Only a round on an open connection measures the database: the first one
+            // after (re)connecting also paid for connecting and migrating.
+            self.check_round_trip(round_trip);
         }
-        self.check_round_trip(round_trip);
+        self.connected = true;
         match outcome {
             Outcome::Holding { term, sent } => {
                 let deadline = sent + settings.ttl - settings.safety_margin();

@@ -238,3 +238,48 @@ mod sqlite {
         super::migrate_then_status_shows_the_leader(super::Backend::Sqlite).await
     }
 }
+
+/// JSON logs: every line parses, the role change carries election, node, term and leader,
+/// and the database password appears nowhere (PostgreSQL here trusts any password).
+#[tokio::test(flavor = "multi_thread")]
+async fn json_logs_carry_role_changes_and_never_the_password() {
+    let db = TestDb::new(Backend::Postgres);
+    let url = db.url.replace("postgres@", "postgres:hunter2@");
+    let status_path = db.dir.join("json.status.json");
+    let mut child = leaderd()
+        .args(["--log-format", "json", "run", "--id", "json-node"])
+        .env("LEADERD_DATABASE__URL", &url)
+        .env("LEADERD_ELECTION__NAME", "json")
+        .env("LEADERD_STATUS__PATH", &status_path)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !StatusFile::read(&status_path).is_some_and(|s| s.is_leader()) {
+        assert!(start.elapsed() < Duration::from_secs(10), "never led");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    let elected = lines
+        .iter()
+        .find(|l| l["message"] == "role is now leader")
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert_eq!(elected["level"], "INFO");
+    assert_eq!(elected["election"], "json");
+    assert_eq!(elected["node"], "json-node");
+    assert_eq!(elected["term"], 1);
+    assert_eq!(elected["leader"], "json-node");
+    assert!(lines.iter().any(|l| l["message"] == "released the lease"));
+}

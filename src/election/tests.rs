@@ -349,3 +349,79 @@ async fn a_leader_stopped_mid_round_releases_what_it_holds() {
     a.stop().await;
     assert_eq!(table.row(ELECTION).unwrap().holder, None);
 }
+
+/// Collects the log lines written on this thread (the paused-time runtime is
+/// single-threaded, so the spawned election logs here too).
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    fn count(&self, text: &str) -> usize {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .matches(text)
+            .count()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn round_trips_thin_against_the_renew_margin_are_warned_about_once() {
+    let (logs, _guard) = Logs::capture();
+    let table = MemoryStore::new();
+    let a = Node::start(&table, "a");
+    until(Duration::from_millis(10), &table, &[&a], || a.is_leader()).await;
+    run_checked(Duration::from_secs(2), &table, &[&a]).await;
+    assert_eq!(logs.count("round trip is more than half"), 0);
+
+    // 150 ms is more than half of the 200 ms between ttl and interval.
+    a.faults(Faults {
+        latency: Duration::from_millis(150),
+        ..Faults::default()
+    });
+    run_checked(Duration::from_secs(5), &table, &[&a]).await;
+    assert!(a.is_leader(), "thin, but still in time");
+    assert_eq!(logs.count("round trip is more than half"), 1);
+
+    a.faults(Faults::default());
+    run_checked(Duration::from_secs(3), &table, &[&a]).await;
+    assert_eq!(logs.count("back well inside the renew margin"), 1);
+    assert_eq!(logs.count("round trip is more than half"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_steady_round_costs_one_operation_for_leader_and_follower() {
+    let table = MemoryStore::new();
+    let a = Node::start(&table, "a");
+    until(Duration::from_millis(10), &table, &[&a], || a.is_leader()).await;
+    let b = Node::start(&table, "b");
+    run_checked(Duration::from_millis(2500), &table, &[&a, &b]).await;
+    let before = (a.store.operations(), b.store.operations());
+    run_checked(Duration::from_secs(10), &table, &[&a, &b]).await;
+    let rounds = (
+        a.store.operations() - before.0,
+        b.store.operations() - before.1,
+    );
+    // Ten intervals: ten renewals and ten reads (the follower's poll at the expected
+    // lapse lands on its regular round, the lease being renewed meanwhile).
+    assert!((10..=11).contains(&rounds.0), "leader: {rounds:?}");
+    assert!((10..=11).contains(&rounds.1), "follower: {rounds:?}");
+}

@@ -42,6 +42,8 @@ pub struct Faults {
 pub struct MemoryStore {
     rows: Arc<Mutex<HashMap<String, Row>>>,
     faults: Arc<Mutex<Faults>>,
+    /// Operations this handle has sent (round trips, for the SQL store).
+    operations: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl MemoryStore {
@@ -54,11 +56,17 @@ impl MemoryStore {
         MemoryStore {
             rows: Arc::clone(&self.rows),
             faults: Arc::default(),
+            operations: Arc::default(),
         }
     }
 
     pub fn set_faults(&self, faults: Faults) {
         *self.faults.lock().unwrap() = faults;
+    }
+
+    /// How many operations this handle has sent so far.
+    pub fn operations(&self) -> u64 {
+        self.operations.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The row as the table has it now.
@@ -75,6 +83,8 @@ impl MemoryStore {
         &self,
         op: impl FnOnce(&mut HashMap<String, Row>, Instant) -> T,
     ) -> Result<T, StoreError> {
+        self.operations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let faults = self.faults.lock().unwrap().clone();
         tokio::time::sleep(faults.latency).await;
         if faults.hang {
