@@ -2,6 +2,7 @@
 //! status, redaction, `status` and `migrate` on every backend, and a database that is
 //! unreachable when the daemon starts.
 
+#[macro_use]
 mod common;
 
 use common::proxy::{Mode, Proxy};
@@ -210,34 +211,10 @@ async fn status_of_an_unreachable_database_exits_69() {
     assert!(stderr.contains("127.0.0.1:1"), "{stderr}");
 }
 
-mod postgres {
-    #[tokio::test(flavor = "multi_thread")]
-    async fn migrate_then_status_shows_the_leader() {
-        super::migrate_then_status_shows_the_leader(super::Backend::Postgres).await
-    }
-    #[tokio::test(flavor = "multi_thread")]
-    async fn an_unreachable_database_at_start_is_waited_for() {
-        super::an_unreachable_database_at_start_is_waited_for(super::Backend::Postgres).await
-    }
-}
-
-mod mysql {
-    #[tokio::test(flavor = "multi_thread")]
-    async fn migrate_then_status_shows_the_leader() {
-        super::migrate_then_status_shows_the_leader(super::Backend::Mysql).await
-    }
-    #[tokio::test(flavor = "multi_thread")]
-    async fn an_unreachable_database_at_start_is_waited_for() {
-        super::an_unreachable_database_at_start_is_waited_for(super::Backend::Mysql).await
-    }
-}
-
-mod sqlite {
-    #[tokio::test(flavor = "multi_thread")]
-    async fn migrate_then_status_shows_the_leader() {
-        super::migrate_then_status_shows_the_leader(super::Backend::Sqlite).await
-    }
-}
+backend_tests!(postgres = Backend::Postgres => migrate_then_status_shows_the_leader, an_unreachable_database_at_start_is_waited_for);
+backend_tests!(mysql = Backend::Mysql => migrate_then_status_shows_the_leader, an_unreachable_database_at_start_is_waited_for);
+// SQLite has no connection that could be unreachable.
+backend_tests!(sqlite = Backend::Sqlite => migrate_then_status_shows_the_leader);
 
 /// JSON logs: every line parses, the role change carries election, node, term and leader,
 /// and the database password appears nowhere (PostgreSQL here trusts any password).
@@ -246,7 +223,7 @@ async fn json_logs_carry_role_changes_and_never_the_password() {
     let db = TestDb::new(Backend::Postgres);
     let url = db.url.replace("postgres@", "postgres:hunter2@");
     let status_path = db.dir.join("json.status.json");
-    let mut child = leaderd()
+    let child = leaderd()
         .args(["--log-format", "json", "run", "--id", "json-node"])
         .env("LEADERD_DATABASE__URL", &url)
         .env("LEADERD_ELECTION__NAME", "json")

@@ -6,10 +6,13 @@
 //! Lines starting with `[measured]` report timings for the closing notes and benchmarks;
 //! the assertions only check the documented bounds, with room for a loaded machine.
 
+#[macro_use]
 mod common;
 
 use common::proxy::{Mode, Proxy};
-use common::{Backend, Node, NodeSettings, Sampler, StatusFile, TestDb, agreed_leader};
+use common::{
+    Backend, Node, NodeSettings, Sampler, StatusFile, TestDb, agreed_leader, wait_new_leader,
+};
 use nix::sys::signal::Signal;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -63,11 +66,7 @@ async fn sigterm_hands_over_with_a_higher_term(backend: Backend) {
     let stopped = Instant::now();
     by_id(&nodes, &leader).signal(Signal::SIGTERM);
     let others: Vec<&Node> = nodes.iter().filter(|n| n.id != leader).collect();
-    sampler
-        .until(&others, SETTLE, "the others agree on a new leader", |s| {
-            agreed_leader(s).is_some_and(|(_, t)| t > term)
-        })
-        .await;
+    wait_new_leader(&mut sampler, &others, term).await;
     let handover = stopped.elapsed();
     eprintln!(
         "[measured] {backend:?}: SIGTERM to new leader's status file: {} ms",
@@ -110,11 +109,7 @@ async fn sigkill_fails_over_within_ttl_plus_interval(backend: Backend) {
     let killed = Instant::now();
     by_id(&nodes, &leader).signal(Signal::SIGKILL);
     let others: Vec<&Node> = nodes.iter().filter(|n| n.id != leader).collect();
-    let (_, _) = sampler
-        .until(&others, SETTLE, "the others agree on a new leader", |s| {
-            agreed_leader(s).is_some_and(|(_, t)| t > term)
-        })
-        .await;
+    wait_new_leader(&mut sampler, &others, term).await;
     let failover = killed.elapsed();
     eprintln!(
         "[measured] {backend:?}: SIGKILL to new leader's status file: {} ms",
@@ -189,11 +184,7 @@ async fn a_cut_off_leader_demotes_before_its_lease_lapses(backend: Backend) {
     );
 
     let others: Vec<&Node> = all[1..].to_vec();
-    sampler
-        .until(&others, SETTLE, "the others take over", |s| {
-            agreed_leader(s).is_some_and(|(_, t)| t > term)
-        })
-        .await;
+    wait_new_leader(&mut sampler, &others, term).await;
     eprintln!(
         "[measured] {backend:?}: connection stalled to new leader: {} ms",
         cut.elapsed().as_millis()
@@ -222,12 +213,7 @@ async fn a_paused_leader_does_not_lead_on_waking(backend: Backend) {
 
     paused.signal(Signal::SIGSTOP);
     let others: Vec<&Node> = nodes.iter().filter(|n| n.id != leader).collect();
-    let (statuses, _) = sampler
-        .until(&others, SETTLE, "the others take over", |s| {
-            agreed_leader(s).is_some_and(|(_, t)| t > term)
-        })
-        .await;
-    let (new_leader, new_term) = agreed_leader(&statuses).unwrap();
+    let (new_leader, new_term) = wait_new_leader(&mut sampler, &others, term).await;
     tokio::time::sleep(settings.ttl).await;
     paused.signal(Signal::SIGCONT);
 
@@ -252,32 +238,11 @@ async fn a_paused_leader_does_not_lead_on_waking(backend: Backend) {
     sampler.check_terms();
 }
 
-macro_rules! for_each_backend {
-    ($($test:ident),* $(,)?) => {
-        mod postgres { $( #[tokio::test(flavor = "multi_thread")] async fn $test() { super::$test(super::Backend::Postgres).await } )* }
-        mod mysql { $( #[tokio::test(flavor = "multi_thread")] async fn $test() { super::$test(super::Backend::Mysql).await } )* }
-        mod sqlite { $( #[tokio::test(flavor = "multi_thread")] async fn $test() { super::$test(super::Backend::Sqlite).await } )* }
-    };
-}
-
-for_each_backend!(
-    three_nodes_elect_one_leader,
-    sigterm_hands_over_with_a_higher_term,
-    sigkill_fails_over_within_ttl_plus_interval,
-    a_paused_leader_does_not_lead_on_waking,
-);
-
-// SQLite has no connection to cut; the unit tests cover the same logic with a store whose
-// operations hang.
-#[tokio::test(flavor = "multi_thread")]
-async fn postgres_cut_off_leader_demotes_before_its_lease_lapses() {
-    a_cut_off_leader_demotes_before_its_lease_lapses(Backend::Postgres).await
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn mysql_cut_off_leader_demotes_before_its_lease_lapses() {
-    a_cut_off_leader_demotes_before_its_lease_lapses(Backend::Mysql).await
-}
+backend_tests!(postgres = Backend::Postgres => three_nodes_elect_one_leader, sigterm_hands_over_with_a_higher_term, sigkill_fails_over_within_ttl_plus_interval, a_paused_leader_does_not_lead_on_waking, a_cut_off_leader_demotes_before_its_lease_lapses, skewed_clocks_do_not_steal_a_live_lease);
+backend_tests!(mysql = Backend::Mysql => three_nodes_elect_one_leader, sigterm_hands_over_with_a_higher_term, sigkill_fails_over_within_ttl_plus_interval, a_paused_leader_does_not_lead_on_waking, a_cut_off_leader_demotes_before_its_lease_lapses, skewed_clocks_do_not_steal_a_live_lease);
+// SQLite has no connection to cut (the unit tests cover a store that hangs), and its clock
+// is the host's, shared by all nodes.
+backend_tests!(sqlite = Backend::Sqlite => three_nodes_elect_one_leader, sigterm_hands_over_with_a_higher_term, sigkill_fails_over_within_ttl_plus_interval, a_paused_leader_does_not_lead_on_waking);
 
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
@@ -336,14 +301,4 @@ async fn skewed_clocks_do_not_steal_a_live_lease(backend: Backend) {
             |s| agreed_leader(s).is_some_and(|(_, t)| t == 2),
         )
         .await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn postgres_skewed_clocks_do_not_steal_a_live_lease() {
-    skewed_clocks_do_not_steal_a_live_lease(Backend::Postgres).await
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn mysql_skewed_clocks_do_not_steal_a_live_lease() {
-    skewed_clocks_do_not_steal_a_live_lease(Backend::Mysql).await
 }

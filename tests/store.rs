@@ -1,6 +1,7 @@
 //! The SQL lease store against the real PostgreSQL, MariaDB and SQLite: each statement's
 //! guarantees, judged by the database clock, on a database created for the test.
 
+#[macro_use]
 mod common;
 
 use common::proxy::{Mode, Proxy};
@@ -201,28 +202,6 @@ async fn a_stalled_connection_is_replaced(backend: Backend) {
     );
 }
 
-macro_rules! for_each_backend {
-    ($($test:ident),* $(,)?) => {
-        mod postgres { $( #[tokio::test(flavor = "multi_thread")] async fn $test() { super::$test(super::Backend::Postgres).await } )* }
-        mod mysql { $( #[tokio::test(flavor = "multi_thread")] async fn $test() { super::$test(super::Backend::Mysql).await } )* }
-        mod sqlite { $( #[tokio::test(flavor = "multi_thread")] async fn $test() { super::$test(super::Backend::Sqlite).await } )* }
-    };
-}
-
-for_each_backend!(
-    claim_renew_release,
-    leases_lapse_by_the_database_clock,
-    ids_are_compared_exactly,
-    concurrent_claims_have_one_winner,
-    migrations_run_concurrently_and_again,
-);
-
-#[tokio::test(flavor = "multi_thread")]
-async fn postgres_stalled_connection_is_replaced() {
-    a_stalled_connection_is_replaced(Backend::Postgres).await
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn mysql_stalled_connection_is_replaced() {
-    a_stalled_connection_is_replaced(Backend::Mysql).await
-}
+backend_tests!(postgres = Backend::Postgres => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced);
+backend_tests!(mysql = Backend::Mysql => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced);
+backend_tests!(sqlite = Backend::Sqlite => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again);

@@ -2,6 +2,22 @@
 //! breaks connections on demand, and nodes that run the real `leaderd` binary.
 #![allow(dead_code)]
 
+/// Instantiates `async fn test(backend: Backend)` functions as tests in a module named
+/// after the backend: `backend_tests!(postgres = Backend::Postgres => test_a, test_b);`
+macro_rules! backend_tests {
+    ($module:ident = $backend:expr => $($test:ident),* $(,)?) => {
+        mod $module {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $test() {
+                    super::$test($backend).await
+                }
+            )*
+        }
+    };
+}
+
 pub mod proxy;
 
 use diesel_async::{
@@ -433,6 +449,19 @@ impl Sampler {
             tokio::time::sleep(Duration::from_millis(3)).await;
         }
     }
+}
+
+/// Waits until `nodes` agree on a leader in a term after `term`; returns it.
+pub async fn wait_new_leader(sampler: &mut Sampler, nodes: &[&Node], term: i64) -> (String, i64) {
+    let (statuses, _) = sampler
+        .until(
+            nodes,
+            Duration::from_secs(15),
+            "the nodes agree on a new leader",
+            |s| agreed_leader(s).is_some_and(|(_, t)| t > term),
+        )
+        .await;
+    agreed_leader(&statuses).unwrap()
 }
 
 /// The one node whose status says leader, if exactly one does and all others follow it.
