@@ -369,6 +369,7 @@ impl Machine {
                 return now + backoff;
             }
         };
+        debug!(round_trip_us = round_trip.as_micros() as u64, "round");
         if self.failures > 0 {
             info!(failures = self.failures, election = %settings.name, "database reachable again");
             self.failures = 0;
