@@ -25,6 +25,12 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
 
 const ENV_PREFIX: &str = "LEADERD_";
 
+/// The least time a renewal's round trip can be given between `interval` and `ttl`.
+const MIN_RENEW_WINDOW: Duration = Duration::from_millis(10);
+
+/// Durations beyond this are mistakes (and would overflow deadlines).
+const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read configuration: {0}")]
@@ -285,6 +291,26 @@ impl Config {
                 ),
             ));
         }
+        // The deadline is sent + ttl - margin and the next renewal goes out an interval after
+        // the last: what is left between them is all a renewal's round trip may take.
+        let window = ttl.saturating_sub(interval);
+        let margin = crate::election::safety_margin(ttl);
+        if window < margin + MIN_RENEW_WINDOW {
+            return Err(invalid(
+                "election.ttl",
+                humantime::format_duration(ttl),
+                format!(
+                    "leaves {} after election.interval ({}) for a renewal, less than the {} \
+                     this needs (a safety margin of {} and at least {} for the round trip): \
+                     raise election.ttl or lower election.interval",
+                    humantime::format_duration(window),
+                    humantime::format_duration(interval),
+                    humantime::format_duration(margin + MIN_RENEW_WINDOW),
+                    humantime::format_duration(margin),
+                    humantime::format_duration(MIN_RENEW_WINDOW),
+                ),
+            ));
+        }
         let database_url =
             DatabaseUrl::parse(raw.database.url.as_deref().unwrap_or(DEFAULT_DATABASE_URL))?;
         let connect_timeout = duration(
@@ -394,6 +420,9 @@ fn duration(key: &'static str, text: Option<&str>, default: &str) -> Result<Dura
     })?;
     if value.is_zero() {
         return Err(invalid(key, text, "must be greater than zero"));
+    }
+    if value > MAX_DURATION {
+        return Err(invalid(key, text, "must be at most a day"));
     }
     Ok(value)
 }
@@ -519,6 +548,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("node.id = \"\": must not be empty"), "{e}");
+    }
+
+    #[test]
+    fn a_ttl_must_leave_room_for_a_renewal() {
+        let e = error("[election]\nttl = \"1003ms\"\n", &[]);
+        assert!(
+            e.contains("election.ttl = \"1s 3ms\": leaves 3ms after election.interval (1s)"),
+            "{e}"
+        );
+        assert!(load("[election]\nttl = \"1020ms\"\n", &[]).is_ok());
+        let e = error("[election]\nttl = \"100years\"\n", &[]);
+        assert!(e.contains("must be at most a day"), "{e}");
     }
 
     #[test]

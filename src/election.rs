@@ -32,12 +32,17 @@ pub struct ElectionSettings {
     pub interval: Duration,
 }
 
+/// See [`ElectionSettings::safety_margin`].
+pub fn safety_margin(ttl: Duration) -> Duration {
+    ttl / 500 + Duration::from_millis(2)
+}
+
 impl ElectionSettings {
     /// How much earlier than `sent + ttl` this node stops acting as leader. It covers the
     /// rate difference between this node's monotonic clock and the database clock (NTP
     /// slews by at most 500 ppm; this allows 2000 ppm) and SQLite's millisecond timestamps.
     pub fn safety_margin(&self) -> Duration {
-        self.ttl / 500 + Duration::from_millis(2)
+        safety_margin(self.ttl)
     }
 
     /// The margin a leader has to complete a renewal before its lease can lapse.
@@ -127,6 +132,25 @@ enum Outcome {
     Holding { term: i64, sent: Instant },
     /// Someone else holds the lease, or nobody does and this node could not take it.
     Observed(Option<LeaseRow>),
+    /// The database refused to renew: the lease is not ours (any more) in the term we led.
+    NotHeld,
+}
+
+/// A failed round, with the term it may have started: a claim whose answer was lost may
+/// still have committed.
+#[derive(Debug)]
+struct RoundError {
+    error: StoreError,
+    in_doubt: Option<i64>,
+}
+
+impl From<StoreError> for RoundError {
+    fn from(error: StoreError) -> Self {
+        RoundError {
+            error,
+            in_doubt: None,
+        }
+    }
 }
 
 /// One round: renew if leading, else claim a free lease, else observe. The first statement
@@ -135,17 +159,28 @@ async fn round<S: LeaseStore>(
     store: &mut S,
     settings: &ElectionSettings,
     hold: Hold,
-) -> Result<(Outcome, Duration), StoreError> {
+) -> Result<(Outcome, Duration), RoundError> {
     let (name, me, ttl) = (&settings.name, &settings.node_id, settings.ttl);
     let sent = Instant::now();
     match hold {
         Hold::Leading { term, .. } => {
-            if store.renew(name, me, ttl, term).await? {
-                return Ok((Outcome::Holding { term, sent }, sent.elapsed()));
-            }
+            // Stop acting as leader at once when the database says no; the next round
+            // reads the row.
+            let outcome = match store.renew(name, me, ttl, term).await? {
+                true => Outcome::Holding { term, sent },
+                false => Outcome::NotHeld,
+            };
+            return Ok((outcome, sent.elapsed()));
         }
         Hold::Lapsed { term } => {
-            if store.reacquire(name, me, ttl, term).await? {
+            let reacquired = store
+                .reacquire(name, me, ttl, term)
+                .await
+                .map_err(|error| RoundError {
+                    error,
+                    in_doubt: Some(term + 1),
+                })?;
+            if reacquired {
                 return Ok((
                     Outcome::Holding {
                         term: term + 1,
@@ -169,7 +204,14 @@ async fn round<S: LeaseStore>(
     };
     if let Some(expected) = free_term {
         let sent = Instant::now();
-        if store.claim(name, me, ttl, expected).await? {
+        let claimed = store
+            .claim(name, me, ttl, expected)
+            .await
+            .map_err(|error| RoundError {
+                error,
+                in_doubt: Some(expected + 1),
+            })?;
+        if claimed {
             let term = expected + 1;
             return Ok((Outcome::Holding { term, sent }, round_trip));
         }
@@ -206,6 +248,8 @@ struct Machine {
     connected: bool,
     /// Whether the round trip was last seen thin against the renew margin.
     thin_margin: bool,
+    /// A term this node may hold: its claim failed on the way back, so it may have committed.
+    in_doubt: Option<i64>,
     /// A term in which the table names this node although this process never took it.
     foreign_term_warned: Option<i64>,
 }
@@ -221,6 +265,7 @@ impl<S: LeaseStore> Election<S> {
             failures: 0,
             connected: false,
             thin_margin: false,
+            in_doubt: None,
             foreign_term_warned: None,
         };
         (
@@ -343,7 +388,7 @@ impl Machine {
     /// Folds one round's result into the state; returns when the next round is due.
     fn apply(
         &mut self,
-        result: Result<(Outcome, Duration), StoreError>,
+        result: Result<(Outcome, Duration), RoundError>,
         started: Instant,
     ) -> Instant {
         let settings = Arc::clone(&self.settings);
@@ -351,7 +396,10 @@ impl Machine {
         let regular = (started + settings.interval).max(now);
         let (outcome, round_trip) = match result {
             Ok(ok) => ok,
-            Err(error) => {
+            Err(RoundError { error, in_doubt }) => {
+                if in_doubt.is_some() {
+                    self.in_doubt = in_doubt;
+                }
                 self.failures += 1;
                 self.connected = false;
                 if self.failures == 1 {
@@ -382,6 +430,7 @@ impl Machine {
         match outcome {
             Outcome::Holding { term, sent } => {
                 let deadline = sent + settings.ttl - settings.safety_margin();
+                self.in_doubt = None;
                 self.hold = match self.hold {
                     // A renewal that came back after we stopped acting does not restore
                     // leadership in the same term.
@@ -394,9 +443,28 @@ impl Machine {
                         self.publish(Role::Leader, Some(settings.node_id.clone()), Some(term));
                         regular
                     }
-                    // Start a new term at once rather than leave the row idle.
-                    _ => now,
+                    // The answer came too late to act on (the deadline timer may not have
+                    // fired yet): stop acting now, and start a new term at once rather
+                    // than leave the row idle.
+                    _ => {
+                        self.publish(Role::Unknown, None, Some(term));
+                        now
+                    }
                 }
+            }
+            Outcome::NotHeld => {
+                if let Hold::Leading { term, .. } = self.hold {
+                    warn!(
+                        election = %settings.name,
+                        node = %settings.node_id,
+                        term,
+                        "the database refused the renewal: the lease is no longer ours"
+                    );
+                }
+                self.hold = Hold::None;
+                let term = self.status.borrow().term;
+                self.publish(Role::Unknown, None, term);
+                now
             }
             Outcome::Observed(row) => {
                 let me = settings.node_id.as_str();
@@ -404,10 +472,11 @@ impl Machine {
                     row.as_ref()
                         .is_some_and(|r| r.holder.as_deref() == Some(me) && r.term == term)
                 };
-                self.hold = match self.hold.term() {
+                self.hold = match self.hold.term().or(self.in_doubt) {
                     Some(term) if ours_in(term) => Hold::Lapsed { term },
                     _ => Hold::None,
                 };
+                self.in_doubt = None;
                 let leader = row
                     .as_ref()
                     .and_then(|r| r.live_holder())
@@ -483,7 +552,7 @@ impl Machine {
                 "role is now {}", role.as_str()
             );
         }
-        let since = if previous.role != role {
+        let since = if previous.role != role || (role == Role::Leader && previous.term != term) {
             now_wall
         } else {
             previous.since

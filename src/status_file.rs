@@ -69,7 +69,15 @@ pub fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), StatusFileEr
     file.write_all(contents).map_err(error)?;
     file.sync_all().map_err(error)?;
     drop(file);
-    std::fs::rename(&temporary, path).map_err(error)
+    std::fs::rename(&temporary, path).map_err(error)?;
+    // Make the rename itself durable.
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(directory)
+        .and_then(|d| d.sync_all())
+        .map_err(error)
 }
 
 /// Writes every status the election publishes until the election ends (its sender is

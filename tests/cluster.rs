@@ -40,7 +40,7 @@ fn by_id<'a>(nodes: &'a [Node], id: &str) -> &'a Node {
 
 async fn three_nodes_elect_one_leader(backend: Backend) {
     let db = TestDb::new(backend);
-    let settings = NodeSettings::default();
+    let settings = NodeSettings::roomy();
     let nodes = start_nodes(&db, &settings, &["a", "b", "c"]);
     let all: Vec<&Node> = nodes.iter().collect();
     let mut sampler = Sampler::new();
@@ -211,6 +211,16 @@ async fn a_paused_leader_does_not_lead_on_waking(backend: Backend) {
     let (leader, term) = wait_agreed(&mut sampler, &all).await;
     let paused = by_id(&nodes, &leader);
 
+    // Freeze it just after a renewal was written, not in the middle of one: a SQLite
+    // process frozen inside its commit would hold the database's write lock throughout.
+    let written = paused.status().unwrap().updated_at;
+    sampler
+        .until(&all, SETTLE, "the leader writes its next renewal", |s| {
+            s.iter()
+                .flatten()
+                .any(|s| s.node_id == leader && s.updated_at > written)
+        })
+        .await;
     paused.signal(Signal::SIGSTOP);
     let others: Vec<&Node> = nodes.iter().filter(|n| n.id != leader).collect();
     let (new_leader, new_term) = wait_new_leader(&mut sampler, &others, term).await;
@@ -255,7 +265,7 @@ async fn skewed_clocks_do_not_steal_a_live_lease(backend: Backend) {
         "{LIBFAKETIME} missing: apt-get install faketime (.ci/run does)"
     );
     let db = TestDb::new(backend);
-    let settings = NodeSettings::default();
+    let settings = NodeSettings::roomy();
     let mut nodes = vec![Node::start(&db, &settings, "honest", &db.url)];
     let mut sampler = Sampler::new();
     sampler

@@ -30,6 +30,9 @@ fn store(db: &TestDb) -> SqlStore {
 async fn claim_renew_release(backend: Backend) {
     let db = TestDb::new(backend);
     let (mut a, mut b) = (store(&db), store(&db));
+    // Connect (and migrate) before any lease runs, so set-up time does not count.
+    a.connect().await.unwrap();
+    b.connect().await.unwrap();
     let name = "claims";
     assert_eq!(a.get(name).await.unwrap(), None);
     a.ensure_row(name).await.unwrap();
@@ -76,27 +79,33 @@ async fn claim_renew_release(backend: Backend) {
 async fn leases_lapse_by_the_database_clock(backend: Backend) {
     let db = TestDb::new(backend);
     let (mut a, mut b) = (store(&db), store(&db));
+    a.connect().await.unwrap();
+    b.connect().await.unwrap();
     let name = "lapse";
-    let short = Duration::from_millis(300);
+    let short = Duration::from_millis(600);
     a.ensure_row(name).await.unwrap();
+    let sent = Instant::now();
     assert!(a.claim(name, "a", short, 0).await.unwrap());
-    let claimed = Instant::now();
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let row = b.get(name).await.unwrap().unwrap();
     // Sub-second precision: whole-second timestamps would show 0 or 1000.
     assert!(
-        row.age >= Duration::from_millis(140)
-            && row.age <= claimed.elapsed() + Duration::from_millis(5),
+        row.age >= Duration::from_millis(150)
+            && row.age <= sent.elapsed() + Duration::from_millis(20),
         "age {:?} after {:?}",
         row.age,
-        claimed.elapsed()
+        sent.elapsed()
     );
     assert!(
         !b.claim(name, "b", TTL, 1).await.unwrap(),
-        "still live at half its lease"
+        "still live before its lease ends"
     );
 
-    tokio::time::sleep(short - claimed.elapsed() + Duration::from_millis(20)).await;
+    // Past the lease by the database clock (it executed the claim after `sent`).
+    tokio::time::sleep(
+        (sent + short + Duration::from_millis(30)).saturating_duration_since(Instant::now()),
+    )
+    .await;
     assert!(
         !a.renew(name, "a", short, 1).await.unwrap(),
         "a lapsed lease is not renewed"

@@ -336,18 +336,78 @@ async fn two_processes_with_one_node_id_never_lead_together() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_leader_stopped_mid_round_releases_what_it_holds() {
+async fn a_node_stopped_while_its_claim_is_in_flight_releases_what_the_claim_took() {
     let table = MemoryStore::new();
-    let mut a = Node::start(&table, "a");
-    until(Duration::from_millis(10), &table, &[&a], || a.is_leader()).await;
-    a.faults(Faults {
+    // A holder that will never renew: its lease lapses and b claims it.
+    let mut ghost = table.handle();
+    ghost.ensure_row(ELECTION).await.unwrap();
+    assert!(ghost.claim(ELECTION, "ghost", TTL, 0).await.unwrap());
+    let mut b = Node::start(&table, "b");
+    b.faults(Faults {
         latency: Duration::from_millis(100),
         ..Faults::default()
     });
-    // Stop while a renewal is on its way.
-    tokio::time::sleep(INTERVAL - Duration::from_millis(5) + Duration::from_millis(50)).await;
-    a.stop().await;
-    assert_eq!(table.row(ELECTION).unwrap().holder, None);
+    until(TTL * 2, &table, &[&b], || {
+        b.store.last_operation() == "claim"
+    })
+    .await;
+    // Stop while the claim is on its way: it still lands, and b must release it.
+    b.stop().await;
+    let row = table.row(ELECTION).unwrap();
+    assert_eq!(
+        (row.holder, row.term),
+        (None, 2),
+        "the claim landed and was released"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_renewal_demotes_at_once() {
+    let table = MemoryStore::new();
+    let a = Node::start(&table, "a");
+    until(Duration::from_millis(10), &table, &[&a], || a.is_leader()).await;
+    run_checked(Duration::from_millis(500), &table, &[&a]).await;
+    // An operator (or a stepped database clock) hands the row to someone else.
+    table.overwrite(ELECTION, "intruder", 9, TTL);
+    let mut status = a.status.clone();
+    let deadline = a.status().lease_deadline.unwrap();
+    tokio::time::timeout(INTERVAL, status.wait_for(|s| s.role != Role::Leader))
+        .await
+        .expect("demoted at the next renewal")
+        .unwrap();
+    assert!(
+        Instant::now() < deadline - Duration::from_millis(100),
+        "demoted by the answer, not the deadline"
+    );
+    until(Duration::from_millis(10), &table, &[&a], || {
+        a.status().leader.as_deref() == Some("intruder")
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_whose_answer_was_lost_is_picked_up_without_waiting_for_a_lapse() {
+    let (logs, _guard) = Logs::capture();
+    let table = MemoryStore::new();
+    let a = Node::start(&table, "a");
+    a.faults(Faults {
+        lose_write_answers: true,
+        ..Faults::default()
+    });
+    until(Duration::from_millis(50), &table, &[&a], || {
+        table
+            .row(ELECTION)
+            .is_some_and(|r| r.holder.as_deref() == Some("a"))
+    })
+    .await;
+    assert!(!a.is_leader(), "never heard back");
+    a.faults(Faults::default());
+    // Retries start at 50 ms: a finds the row in the term it may have taken and starts
+    // the next term, instead of waiting for "someone else's" lease to lapse.
+    let waited = until(TTL, &table, &[&a], || a.is_leader()).await;
+    assert!(waited < TTL / 2, "{waited:?}");
+    assert_eq!(a.status().term, Some(2));
+    assert_eq!(logs.count("same node id"), 0);
 }
 
 /// Collects the log lines written on this thread (the paused-time runtime is

@@ -34,6 +34,9 @@ pub struct Faults {
     pub latency: Duration,
     /// Time between an operation taking effect and its answer arriving.
     pub answer_delay: Duration,
+    /// Claims, renewals and releases take effect but their answers are lost (the caller
+    /// sees an error).
+    pub lose_write_answers: bool,
 }
 
 /// One handle onto a shared in-memory table. [`MemoryStore::handle`] makes another handle
@@ -44,6 +47,8 @@ pub struct MemoryStore {
     faults: Arc<Mutex<Faults>>,
     /// Operations this handle has sent (round trips, for the SQL store).
     operations: Arc<std::sync::atomic::AtomicU64>,
+    /// The name of the last operation sent.
+    last_operation: Arc<Mutex<&'static str>>,
 }
 
 impl MemoryStore {
@@ -57,6 +62,7 @@ impl MemoryStore {
             rows: Arc::clone(&self.rows),
             faults: Arc::default(),
             operations: Arc::default(),
+            last_operation: Arc::default(),
         }
     }
 
@@ -69,6 +75,23 @@ impl MemoryStore {
         self.operations.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    pub fn last_operation(&self) -> &'static str {
+        *self.last_operation.lock().unwrap()
+    }
+
+    /// Replaces the row, as an operator or a stepped database clock might.
+    pub fn overwrite(&self, name: &str, holder: &str, term: i64, lease: Duration) {
+        self.rows.lock().unwrap().insert(
+            name.to_owned(),
+            Row {
+                holder: Some(holder.to_owned()),
+                term,
+                lease,
+                renewed_at: Instant::now(),
+            },
+        );
+    }
+
     /// The row as the table has it now.
     pub fn row(&self, name: &str) -> Option<LeaseRow> {
         let now = Instant::now();
@@ -79,25 +102,39 @@ impl MemoryStore {
             .map(|r| to_lease_row(r, now))
     }
 
-    async fn with_table<T>(
+    /// Runs `op` on the table after the configured latency. Like a real database, an
+    /// operation that was sent completes even if the caller stops waiting for it.
+    async fn with_table<T: Send + 'static>(
         &self,
-        op: impl FnOnce(&mut HashMap<String, Row>, Instant) -> T,
+        operation: &'static str,
+        op: impl FnOnce(&mut HashMap<String, Row>, Instant) -> T + Send + 'static,
     ) -> Result<T, StoreError> {
         self.operations
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *self.last_operation.lock().unwrap() = operation;
         let faults = self.faults.lock().unwrap().clone();
-        tokio::time::sleep(faults.latency).await;
-        if faults.hang {
-            std::future::pending::<()>().await;
-        }
-        if faults.fail {
-            return Err(StoreError::QueryTimeout {
-                after: faults.latency,
-            });
-        }
-        let value = op(&mut self.rows.lock().unwrap(), Instant::now());
-        tokio::time::sleep(faults.answer_delay).await;
-        Ok(value)
+        let rows = Arc::clone(&self.rows);
+        tokio::spawn(async move {
+            tokio::time::sleep(faults.latency).await;
+            if faults.hang {
+                std::future::pending::<()>().await;
+            }
+            if faults.fail {
+                return Err(StoreError::QueryTimeout {
+                    after: faults.latency,
+                });
+            }
+            let value = op(&mut rows.lock().unwrap(), Instant::now());
+            tokio::time::sleep(faults.answer_delay).await;
+            if faults.lose_write_answers && !matches!(operation, "get" | "ensure_row") {
+                return Err(StoreError::QueryTimeout {
+                    after: faults.latency + faults.answer_delay,
+                });
+            }
+            Ok(value)
+        })
+        .await
+        .expect("memory store operations do not panic")
     }
 }
 
@@ -112,13 +149,17 @@ fn to_lease_row(row: &Row, now: Instant) -> LeaseRow {
 
 impl LeaseStore for MemoryStore {
     async fn get(&mut self, name: &str) -> Result<Option<LeaseRow>, StoreError> {
-        self.with_table(|rows, now| rows.get(name).map(|r| to_lease_row(r, now)))
-            .await
+        let name = name.to_owned();
+        self.with_table("get", move |rows, now| {
+            rows.get(&name).map(|r| to_lease_row(r, now))
+        })
+        .await
     }
 
     async fn ensure_row(&mut self, name: &str) -> Result<(), StoreError> {
-        self.with_table(|rows, now| {
-            rows.entry(name.to_owned()).or_insert(Row {
+        let name = name.to_owned();
+        self.with_table("ensure_row", move |rows, now| {
+            rows.entry(name).or_insert(Row {
                 holder: None,
                 term: 0,
                 lease: Duration::ZERO,
@@ -135,10 +176,11 @@ impl LeaseStore for MemoryStore {
         ttl: Duration,
         expected_term: i64,
     ) -> Result<bool, StoreError> {
-        self.with_table(|rows, now| match rows.get_mut(name) {
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        self.with_table("claim", move |rows, now| match rows.get_mut(&name) {
             Some(row) if row.term == expected_term && !row.live(now) => {
                 *row = Row {
-                    holder: Some(holder.to_owned()),
+                    holder: Some(holder),
                     term: row.term + 1,
                     lease: ttl,
                     renewed_at: now,
@@ -157,8 +199,9 @@ impl LeaseStore for MemoryStore {
         ttl: Duration,
         term: i64,
     ) -> Result<bool, StoreError> {
-        self.with_table(|rows, now| match rows.get_mut(name) {
-            Some(row) if row.term == term && row.holder.as_deref() == Some(holder) => {
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        self.with_table("reacquire", move |rows, now| match rows.get_mut(&name) {
+            Some(row) if row.term == term && row.holder.as_deref() == Some(holder.as_str()) => {
                 row.term += 1;
                 row.lease = ttl;
                 row.renewed_at = now;
@@ -176,9 +219,12 @@ impl LeaseStore for MemoryStore {
         ttl: Duration,
         term: i64,
     ) -> Result<bool, StoreError> {
-        self.with_table(|rows, now| match rows.get_mut(name) {
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        self.with_table("renew", move |rows, now| match rows.get_mut(&name) {
             Some(row)
-                if row.term == term && row.holder.as_deref() == Some(holder) && row.live(now) =>
+                if row.term == term
+                    && row.holder.as_deref() == Some(holder.as_str())
+                    && row.live(now) =>
             {
                 row.lease = ttl;
                 row.renewed_at = now;
@@ -190,8 +236,9 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn release(&mut self, name: &str, holder: &str, term: i64) -> Result<bool, StoreError> {
-        self.with_table(|rows, now| match rows.get_mut(name) {
-            Some(row) if row.term == term && row.holder.as_deref() == Some(holder) => {
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        self.with_table("release", move |rows, now| match rows.get_mut(&name) {
+            Some(row) if row.term == term && row.holder.as_deref() == Some(holder.as_str()) => {
                 row.holder = None;
                 row.renewed_at = now;
                 true

@@ -161,6 +161,18 @@ macro_rules! on_connection {
     };
 }
 
+fn run_migrations<C>(conn: C, migrations: EmbeddedMigrations) -> Result<C, StoreError>
+where
+    C: AsyncConnection + 'static,
+    AsyncMigrationHarness<C>: MigrationHarness<C::Backend>,
+{
+    let mut harness = AsyncMigrationHarness::new(conn);
+    harness
+        .run_pending_migrations(migrations)
+        .map_err(StoreError::Migration)?;
+    Ok(harness.into_inner())
+}
+
 fn ms(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
@@ -231,16 +243,20 @@ impl DbConnection {
     /// Applies the embedded migrations of this backend. Nodes that start together take
     /// turns through a database lock where the backend has one; elsewhere the migrations
     /// are idempotent and a loser of the race simply retries.
+    ///
+    /// The harness is synchronous (it blocks on the async connection inside), so it runs
+    /// on a blocking thread where a caller's timeout can still fire.
     pub async fn migrate(self) -> Result<Self, StoreError> {
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || handle.block_on(self.migrate_here())).await?
+    }
+
+    async fn migrate_here(self) -> Result<Self, StoreError> {
         match self {
             DbConnection::Postgres(mut conn) => {
                 conn.batch_execute("SELECT pg_advisory_lock(7026111822)")
                     .await?;
-                let mut harness = AsyncMigrationHarness::new(conn);
-                harness
-                    .run_pending_migrations(POSTGRES_MIGRATIONS)
-                    .map_err(StoreError::Migration)?;
-                let mut conn = harness.into_inner();
+                let mut conn = run_migrations(conn, POSTGRES_MIGRATIONS)?;
                 conn.batch_execute("SELECT pg_advisory_unlock(7026111822)")
                     .await?;
                 Ok(DbConnection::Postgres(conn))
@@ -248,22 +264,15 @@ impl DbConnection {
             DbConnection::Mysql(mut conn) => {
                 conn.batch_execute("DO GET_LOCK('leaderd_migrations', 10)")
                     .await?;
-                let mut harness = AsyncMigrationHarness::new(conn);
-                harness
-                    .run_pending_migrations(MYSQL_MIGRATIONS)
-                    .map_err(StoreError::Migration)?;
-                let mut conn = harness.into_inner();
+                let mut conn = run_migrations(conn, MYSQL_MIGRATIONS)?;
                 conn.batch_execute("DO RELEASE_LOCK('leaderd_migrations')")
                     .await?;
                 Ok(DbConnection::Mysql(conn))
             }
-            DbConnection::Sqlite(conn) => {
-                let mut harness = AsyncMigrationHarness::new(conn);
-                harness
-                    .run_pending_migrations(SQLITE_MIGRATIONS)
-                    .map_err(StoreError::Migration)?;
-                Ok(DbConnection::Sqlite(harness.into_inner()))
-            }
+            DbConnection::Sqlite(conn) => Ok(DbConnection::Sqlite(run_migrations(
+                conn,
+                SQLITE_MIGRATIONS,
+            )?)),
         }
     }
 

@@ -224,6 +224,17 @@ impl Default for NodeSettings {
     }
 }
 
+impl NodeSettings {
+    /// Renewals with 700 ms to spare instead of 200 ms, for tests that assert a healthy
+    /// leader keeps its term on a loaded machine.
+    pub fn roomy() -> Self {
+        NodeSettings {
+            interval: Duration::from_millis(500),
+            ..NodeSettings::default()
+        }
+    }
+}
+
 impl Node {
     pub fn start(db: &TestDb, settings: &NodeSettings, id: &str, url: &str) -> Node {
         Self::start_with_env(db, settings, id, url, &[])
