@@ -10,6 +10,7 @@ use tracing::info;
 
 use crate::config::{Config, ConfigError};
 use crate::election::{Election, ElectionSettings};
+use crate::hooks::{self, HookContext, Hooks};
 use crate::logging::{self, LogFormat};
 use crate::store::{LeaseStore, SqlStore, StoreError, Timeouts};
 use crate::{signals, status_file};
@@ -54,11 +55,29 @@ enum Command {
     Migrate,
     /// Validate the configuration and print it, secrets redacted.
     CheckConfig,
+    /// Internal: runs one hook and kills its process group if leaderd dies.
+    #[command(name = "hook-guard", hide = true)]
+    HookGuard {
+        daemon_pid: i32,
+        /// Read kill deadlines from stdin and enforce them.
+        #[arg(long)]
+        fence: bool,
+        #[arg(last = true, required = true)]
+        argv: Vec<String>,
+    },
 }
 
 /// Parses the command line, runs the command and maps its outcome to an exit status.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::HookGuard {
+        daemon_pid,
+        fence,
+        argv,
+    } = &cli.command
+    {
+        return hooks::guard::run(*daemon_pid, *fence, argv);
+    }
     let id = match &cli.command {
         Command::Run { id } => id.as_deref(),
         _ => None,
@@ -85,7 +104,7 @@ pub fn main() -> ExitCode {
             Command::Run { .. } => run(config).await,
             Command::Status { json } => status(config, json).await,
             Command::Migrate => migrate(config).await,
-            Command::CheckConfig => unreachable!("handled above"),
+            Command::CheckConfig | Command::HookGuard { .. } => unreachable!("handled above"),
         }
     });
     // Database work still finishing in the background must not hold up the exit.
@@ -133,14 +152,42 @@ async fn run(config: Config) -> anyhow::Result<()> {
         ttl: config.ttl,
         interval: config.interval,
     };
-    let (election, statuses) = Election::new(settings, store(&config, config.migrate));
+    let (mut election, statuses) = Election::new(settings, store(&config, config.migrate));
+    let mut hooks = (!config.hooks.is_empty()).then(|| {
+        let context = HookContext {
+            election: config.election.clone(),
+            node_id: config.node_id.clone(),
+            interval: config.interval,
+            ttl: config.ttl,
+        };
+        let events = election.events();
+        let resign = election.resign_handle();
+        Hooks::spawn(
+            config.hooks.clone(),
+            context,
+            events,
+            statuses.clone(),
+            resign,
+        )
+    });
     let writer = status_file::spawn_writer(
         config.status_path.clone(),
         config.election.clone(),
         config.node_id.clone(),
         statuses,
     );
-    election.run(shutdown).await;
+    // On SIGTERM the hooks stop first, while the election still holds and renews the
+    // lease; only then does the election step down and release.
+    let stop = async {
+        shutdown.await;
+        if let Some(hooks) = hooks.as_mut() {
+            hooks.step_down().await;
+        }
+    };
+    election.run(stop).await;
+    if let Some(hooks) = hooks {
+        hooks.join().await;
+    }
     writer.await.context("status file writer failed")?;
     info!("leaderd stopped");
     Ok(())

@@ -2,6 +2,8 @@
 //! validated into [`Config`]. Every error names the offending key and value.
 
 use serde::{Deserialize, Serialize};
+
+use crate::hooks::HooksConfig;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -21,6 +23,7 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
     ),
     ("status", &["path"]),
     ("log", &["level"]),
+    ("hooks", crate::hooks::config::HOOK_KEYS),
 ];
 
 const ENV_PREFIX: &str = "LEADERD_";
@@ -47,6 +50,8 @@ pub enum ConfigError {
         value: String,
         reason: String,
     },
+    #[error(transparent)]
+    Hooks(#[from] crate::hooks::config::HookConfigError),
     #[error("node.id is not set and the host name cannot be read ({0}); set node.id")]
     Hostname(#[source] std::io::Error),
 }
@@ -174,6 +179,7 @@ pub struct Config {
     pub status_path: PathBuf,
     /// The default tracing filter when `RUST_LOG` is not set.
     pub log_level: String,
+    pub hooks: HooksConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -263,8 +269,15 @@ impl Config {
         );
         let merged = builder.build()?;
         reject_unknown_keys(&merged, &overrides, file)?;
+        let hooks = match merged.get::<config::Map<String, config::Value>>("hooks") {
+            Ok(table) => HooksConfig::parse(&table)?,
+            Err(config::ConfigError::NotFound(_)) => HooksConfig::default(),
+            Err(error) => return Err(error.into()),
+        };
         let raw: RawConfig = merged.try_deserialize()?;
-        Self::validate(raw, node_id)
+        let mut config = Self::validate(raw, node_id)?;
+        config.hooks = hooks;
+        Ok(config)
     }
 
     fn validate(raw: RawConfig, node_id: Option<&str>) -> Result<Self, ConfigError> {
@@ -337,6 +350,7 @@ impl Config {
                 .path
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_STATUS_PATH)),
             log_level: raw.log.level.unwrap_or_else(|| "info".to_owned()),
+            hooks: HooksConfig::default(),
         })
     }
 
@@ -364,7 +378,57 @@ impl Config {
             [log]
             level = (self.log_level.clone())
         };
+        let mut table = table;
+        table.insert("hooks".into(), toml::Value::Table(self.hooks_table()));
         toml::to_string(&table).unwrap_or_default()
+    }
+
+    fn hooks_table(&self) -> toml::Table {
+        let d = |d: Duration| toml::Value::from(humantime::format_duration(d).to_string());
+        let argv = |argv: &[String]| toml::Value::from(argv.to_vec());
+        let env = |env: &std::collections::BTreeMap<String, String>| {
+            toml::Value::Table(
+                env.iter()
+                    .map(|(k, v)| (k.clone(), v.clone().into()))
+                    .collect(),
+            )
+        };
+        let hooks = &self.hooks;
+        let mut table = toml::Table::new();
+        table.insert("shutdown_timeout".into(), d(hooks.shutdown_timeout));
+        for (name, hook) in [
+            ("on_elected", &hooks.on_elected),
+            ("on_demoted", &hooks.on_demoted),
+            ("on_leader_change", &hooks.on_leader_change),
+            ("while_leader", &hooks.while_leader),
+        ] {
+            if let Some(hook) = hook {
+                let mut entry = toml::Table::new();
+                entry.insert("command".into(), argv(&hook.argv));
+                entry.insert("timeout".into(), d(hook.timeout));
+                if !hook.env.is_empty() {
+                    entry.insert("env".into(), env(&hook.env));
+                }
+                table.insert(name.into(), toml::Value::Table(entry));
+            }
+        }
+        if let Some(command) = &hooks.leader_command {
+            let mut entry = toml::Table::new();
+            entry.insert("command".into(), argv(&command.argv));
+            if !command.env.is_empty() {
+                entry.insert("env".into(), env(&command.env));
+            }
+            entry.insert("stop_timeout".into(), d(command.stop_timeout));
+            let restart = match command.restart {
+                crate::hooks::Restart::OnFailure => "on-failure",
+                crate::hooks::Restart::Always => "always",
+                crate::hooks::Restart::Never => "never",
+            };
+            entry.insert("restart".into(), restart.into());
+            entry.insert("step_down_on_exit".into(), command.step_down_on_exit.into());
+            table.insert("leader_command".into(), toml::Value::Table(entry));
+        }
+        table
     }
 }
 

@@ -13,7 +13,7 @@ use serde::Serialize;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until};
 use tracing::{debug, info, warn};
 
@@ -104,6 +104,22 @@ impl Status {
     }
 }
 
+/// A change in this node's view, in the order it happened. Hooks consume these; sending
+/// never blocks (the channel is unbounded and role changes are rare).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoleEvent {
+    /// This node started acting as leader in `term`.
+    Elected { term: i64 },
+    /// This node stopped acting as leader in `term`, for any reason.
+    Demoted { term: i64 },
+    /// The leader this node sees changed (`None`: no live leader as far as it knows).
+    LeaderChanged {
+        previous: Option<String>,
+        current: Option<String>,
+        term: Option<i64>,
+    },
+}
+
 /// What this node holds in the database, as far as it knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Hold {
@@ -159,6 +175,7 @@ async fn round<S: LeaseStore>(
     store: &mut S,
     settings: &ElectionSettings,
     hold: Hold,
+    may_claim: bool,
 ) -> Result<(Outcome, Duration), RoundError> {
     let (name, me, ttl) = (&settings.name, &settings.node_id, settings.ttl);
     let sent = Instant::now();
@@ -195,6 +212,7 @@ async fn round<S: LeaseStore>(
     let row = store.get(name).await?;
     let round_trip = sent.elapsed();
     let free_term = match &row {
+        _ if !may_claim => None,
         None => {
             store.ensure_row(name).await?;
             Some(0)
@@ -235,6 +253,31 @@ pub struct Election<S> {
     settings: Arc<ElectionSettings>,
     store: S,
     machine: Machine,
+    /// Requests to give up leadership (see [`Election::resign_handle`]).
+    resign: Option<mpsc::Receiver<()>>,
+}
+
+/// Asks a running election to give up leadership: it stops acting as leader, releases the
+/// row, and does not claim again for one ttl, so that another node takes over.
+#[derive(Debug, Clone)]
+pub struct ResignHandle(mpsc::Sender<()>);
+
+impl ResignHandle {
+    pub fn resign(&self) {
+        // One pending request is enough.
+        let _ = self.0.try_send(());
+    }
+}
+
+/// Waits for a resign request; never completes without a channel.
+async fn resign_requested(resign: &mut Option<mpsc::Receiver<()>>) {
+    let received = match resign {
+        Some(receiver) => receiver.recv().await.is_some(),
+        None => false,
+    };
+    if !received {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// The decisions, apart from the store so the loop can borrow each on its own.
@@ -252,6 +295,10 @@ struct Machine {
     in_doubt: Option<i64>,
     /// A term in which the table names this node although this process never took it.
     foreign_term_warned: Option<i64>,
+    /// Where role changes go, if anyone listens.
+    events: Option<mpsc::UnboundedSender<RoleEvent>>,
+    /// After resigning, do not claim before this instant, so another node takes over.
+    no_claim_until: Option<Instant>,
 }
 
 impl<S: LeaseStore> Election<S> {
@@ -267,15 +314,31 @@ impl<S: LeaseStore> Election<S> {
             thin_margin: false,
             in_doubt: None,
             foreign_term_warned: None,
+            events: None,
+            no_claim_until: None,
         };
         (
             Election {
                 settings,
                 store,
                 machine,
+                resign: None,
             },
             receiver,
         )
+    }
+
+    pub fn resign_handle(&mut self) -> ResignHandle {
+        let (sender, receiver) = mpsc::channel(1);
+        self.resign = Some(receiver);
+        ResignHandle(sender)
+    }
+
+    /// The node's role changes from now on, in order.
+    pub fn events(&mut self) -> mpsc::UnboundedReceiver<RoleEvent> {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        self.machine.events = Some(sender);
+        receiver
     }
 
     /// Runs rounds until `shutdown` completes, then steps down: stops acting as leader at
@@ -285,6 +348,7 @@ impl<S: LeaseStore> Election<S> {
             settings,
             mut store,
             mut machine,
+            mut resign,
         } = self;
         tokio::pin!(shutdown);
         let mut next_round = Instant::now();
@@ -297,11 +361,28 @@ impl<S: LeaseStore> Election<S> {
                     machine.deadline_passed();
                     continue 'rounds;
                 }
+                _ = resign_requested(&mut resign) => {
+                    if let Some(term) = machine.hold.term() {
+                        machine.stop_acting();
+                        machine.hold = Hold::None;
+                        info!(election = %settings.name, node = %settings.node_id, term, "resigning");
+                        if let Ok(Ok(true)) = tokio::time::timeout(
+                            STOP_RELEASE,
+                            store.release(&settings.name, &settings.node_id, term),
+                        ).await {
+                            info!(term, "released the lease");
+                        }
+                        machine.no_claim_until = Some(Instant::now() + settings.ttl);
+                        next_round = Instant::now();
+                    }
+                    continue 'rounds;
+                }
                 _ = sleep_until(next_round) => {}
             }
             let started = Instant::now();
             let hold = machine.hold;
-            let attempt = round(&mut store, &settings, hold);
+            let may_claim = machine.no_claim_until.is_none_or(|until| started >= until);
+            let attempt = round(&mut store, &settings, hold, may_claim);
             tokio::pin!(attempt);
             let result = loop {
                 tokio::select! {
@@ -551,6 +632,30 @@ impl Machine {
                 leader = leader_text,
                 "role is now {}", role.as_str()
             );
+        }
+        if let Some(events) = &self.events {
+            let was_leading = previous.role == Role::Leader;
+            let leading = role == Role::Leader;
+            let send = |event| {
+                let _ = events.send(event);
+            };
+            if was_leading && (!leading || previous.term != term) {
+                send(RoleEvent::Demoted {
+                    term: previous.term.unwrap_or_default(),
+                });
+            }
+            if previous.leader != leader {
+                send(RoleEvent::LeaderChanged {
+                    previous: previous.leader.clone(),
+                    current: leader.clone(),
+                    term,
+                });
+            }
+            if leading && (!was_leading || previous.term != term) {
+                send(RoleEvent::Elected {
+                    term: term.unwrap_or_default(),
+                });
+            }
         }
         let since = if previous.role != role || (role == Role::Leader && previous.term != term) {
             now_wall

@@ -1,0 +1,283 @@
+//! The `[hooks]` section: what to run on which event, parsed with errors that name the key.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Bound on one event hook (or one `while_leader` run) unless it sets `timeout`.
+pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time a `leader_command` gets between SIGTERM and SIGKILL on a clean step-down.
+pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on stopping hooks and running `on_demoted` before a stopping node releases.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub const HOOK_KEYS: &[&str] = &[
+    "on_elected",
+    "on_demoted",
+    "on_leader_change",
+    "while_leader",
+    "leader_command",
+    "shutdown_timeout",
+];
+
+#[derive(Debug, thiserror::Error)]
+#[error("{key} = {value}: {reason}")]
+pub struct HookConfigError {
+    pub key: String,
+    pub value: String,
+    pub reason: String,
+}
+
+fn error(key: &str, value: &config::Value, reason: impl Into<String>) -> HookConfigError {
+    HookConfigError {
+        key: key.to_owned(),
+        value: value.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// One program to run: argv (no shell), its bound, and extra environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookCommand {
+    pub argv: Vec<String>,
+    pub timeout: Duration,
+    pub env: BTreeMap<String, String>,
+}
+
+/// When a `leader_command` that exited is started again (while still leader).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restart {
+    OnFailure,
+    Always,
+    Never,
+}
+
+/// The long-running leader-only process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderCommand {
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub stop_timeout: Duration,
+    pub restart: Restart,
+    /// Give up leadership when the process exits (as `consul lock` does).
+    pub step_down_on_exit: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HooksConfig {
+    pub on_elected: Option<HookCommand>,
+    pub on_demoted: Option<HookCommand>,
+    pub on_leader_change: Option<HookCommand>,
+    pub while_leader: Option<HookCommand>,
+    pub leader_command: Option<LeaderCommand>,
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for HooksConfig {
+    fn default() -> Self {
+        HooksConfig {
+            on_elected: None,
+            on_demoted: None,
+            on_leader_change: None,
+            while_leader: None,
+            leader_command: None,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+        }
+    }
+}
+
+impl HooksConfig {
+    pub fn is_empty(&self) -> bool {
+        self.on_elected.is_none()
+            && self.on_demoted.is_none()
+            && self.on_leader_change.is_none()
+            && self.while_leader.is_none()
+            && self.leader_command.is_none()
+    }
+
+    /// Parses the `[hooks]` table (already checked for unknown top-level keys).
+    pub fn parse(table: &config::Map<String, config::Value>) -> Result<Self, HookConfigError> {
+        let hook = |name: &str| {
+            table
+                .get(name)
+                .map(|v| hook_command(&format!("hooks.{name}"), v))
+                .transpose()
+        };
+        Ok(HooksConfig {
+            on_elected: hook("on_elected")?,
+            on_demoted: hook("on_demoted")?,
+            on_leader_change: hook("on_leader_change")?,
+            while_leader: hook("while_leader")?,
+            leader_command: table
+                .get("leader_command")
+                .map(|v| leader_command("hooks.leader_command", v))
+                .transpose()?,
+            shutdown_timeout: table
+                .get("shutdown_timeout")
+                .map(|v| duration("hooks.shutdown_timeout", v))
+                .transpose()?
+                .unwrap_or(DEFAULT_SHUTDOWN_TIMEOUT),
+        })
+    }
+}
+
+fn argv(key: &str, value: &config::Value) -> Result<Vec<String>, HookConfigError> {
+    let items = value.clone().into_array().map_err(|_| {
+        error(
+            key,
+            value,
+            "must be an argv array such as [\"/usr/local/bin/job\", \"--flag\"] (no shell; \
+             write [\"sh\", \"-c\", \"…\"] for one)",
+        )
+    })?;
+    let argv = items
+        .into_iter()
+        .map(|item| item.into_string())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| error(key, value, "every argv element must be a string"))?;
+    if argv.first().is_none_or(|program| program.is_empty()) {
+        return Err(error(key, value, "needs at least a program to run"));
+    }
+    Ok(argv)
+}
+
+fn duration(key: &str, value: &config::Value) -> Result<Duration, HookConfigError> {
+    let text = value
+        .clone()
+        .into_string()
+        .map_err(|_| error(key, value, "must be a duration string such as \"30s\""))?;
+    match humantime::parse_duration(text.trim()) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err(error(key, value, "must be greater than zero")),
+        Err(e) => Err(error(key, value, format!("not a duration ({e})"))),
+    }
+}
+
+fn env(key: &str, value: &config::Value) -> Result<BTreeMap<String, String>, HookConfigError> {
+    let table = value
+        .clone()
+        .into_table()
+        .map_err(|_| error(key, value, "must be a table of NAME = \"value\""))?;
+    table
+        .into_iter()
+        .map(|(name, v)| {
+            let text = v
+                .clone()
+                .into_string()
+                .map_err(|_| error(&format!("{key}.{name}"), &v, "must be a string"))?;
+            Ok((name, text))
+        })
+        .collect()
+}
+
+/// The table form's keys, checked so that a typo is an error rather than ignored.
+fn table(
+    key: &str,
+    value: &config::Value,
+    allowed: &[&str],
+) -> Result<config::Map<String, config::Value>, HookConfigError> {
+    let table = value.clone().into_table().map_err(|_| {
+        error(
+            key,
+            value,
+            "must be an argv array or a table with `command`",
+        )
+    })?;
+    if let Some(unknown) = table.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(error(
+            &format!("{key}.{unknown}"),
+            &table[unknown],
+            format!("unknown key; known: {}", allowed.join(", ")),
+        ));
+    }
+    if !table.contains_key("command") {
+        return Err(error(key, value, "the table form needs `command`"));
+    }
+    Ok(table)
+}
+
+fn hook_command(key: &str, value: &config::Value) -> Result<HookCommand, HookConfigError> {
+    if value.clone().into_array().is_ok() {
+        return Ok(HookCommand {
+            argv: argv(key, value)?,
+            timeout: DEFAULT_HOOK_TIMEOUT,
+            env: BTreeMap::new(),
+        });
+    }
+    let t = table(key, value, &["command", "timeout", "env"])?;
+    Ok(HookCommand {
+        argv: argv(&format!("{key}.command"), &t["command"])?,
+        timeout: t
+            .get("timeout")
+            .map(|v| duration(&format!("{key}.timeout"), v))
+            .transpose()?
+            .unwrap_or(DEFAULT_HOOK_TIMEOUT),
+        env: t
+            .get("env")
+            .map(|v| env(&format!("{key}.env"), v))
+            .transpose()?
+            .unwrap_or_default(),
+    })
+}
+
+fn leader_command(key: &str, value: &config::Value) -> Result<LeaderCommand, HookConfigError> {
+    let plain = value.clone().into_array().is_ok();
+    let t = if plain {
+        config::Map::new()
+    } else {
+        table(
+            key,
+            value,
+            &[
+                "command",
+                "env",
+                "stop_timeout",
+                "restart",
+                "step_down_on_exit",
+            ],
+        )?
+    };
+    let restart = match t.get("restart") {
+        None => Restart::OnFailure,
+        Some(v) => match v.clone().into_string().as_deref() {
+            Ok("on-failure") => Restart::OnFailure,
+            Ok("always") => Restart::Always,
+            Ok("never") => Restart::Never,
+            _ => {
+                return Err(error(
+                    &format!("{key}.restart"),
+                    v,
+                    "must be \"on-failure\", \"always\" or \"never\"",
+                ));
+            }
+        },
+    };
+    let step_down_on_exit = match t.get("step_down_on_exit") {
+        None => false,
+        Some(v) => v.clone().into_bool().map_err(|_| {
+            error(
+                &format!("{key}.step_down_on_exit"),
+                v,
+                "must be true or false",
+            )
+        })?,
+    };
+    Ok(LeaderCommand {
+        argv: if plain {
+            argv(key, value)?
+        } else {
+            argv(&format!("{key}.command"), &t["command"])?
+        },
+        env: t
+            .get("env")
+            .map(|v| env(&format!("{key}.env"), v))
+            .transpose()?
+            .unwrap_or_default(),
+        stop_timeout: t
+            .get("stop_timeout")
+            .map(|v| duration(&format!("{key}.stop_timeout"), v))
+            .transpose()?
+            .unwrap_or(DEFAULT_STOP_TIMEOUT),
+        restart,
+        step_down_on_exit,
+    })
+}

@@ -1,0 +1,124 @@
+//! The guard between leaderd and every hook it runs.
+//!
+//! leaderd starts `leaderd hook-guard <daemon pid> -- ARGV…` as the leader of a new process
+//! group; the guard runs ARGV in that group and exits with its status. Its one job is the
+//! case leaderd cannot handle itself: when leaderd dies (even by SIGKILL), the kernel sends
+//! the guard SIGUSR1 (PR_SET_PDEATHSIG) and the guard kills the whole group, grandchildren
+//! included, so no leader-only work outlives the daemon whose lease it ran under.
+//!
+//! For leader-scoped hooks (`--fence`) the guard also enforces the lease on its own: leaderd
+//! writes each new kill deadline (CLOCK_MONOTONIC nanoseconds, one per line) to the guard's
+//! stdin, and the guard kills the group when a deadline passes without a newer one, or
+//! when the pipe closes. That holds even while leaderd itself is frozen (SIGSTOP, a paused
+//! VM), when its own timers cannot fire.
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::{getpgrp, getppid};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitCode;
+
+pub const SUBCOMMAND: &str = "hook-guard";
+
+pub fn run(daemon_pid: i32, fence: bool, argv: &[String]) -> ExitCode {
+    let group = getpgrp();
+    if let Err(error) = nix::sys::prctl::set_pdeathsig(Signal::SIGUSR1) {
+        eprintln!("leaderd hook-guard: cannot watch the daemon: {error}");
+        return ExitCode::from(126);
+    }
+    // The daemon may have died before the line above took effect.
+    if getppid().as_raw() != daemon_pid {
+        let _ = killpg(group, Signal::SIGKILL);
+        return ExitCode::from(126);
+    }
+    // Handled, not ignored: the program started below gets default dispositions back on
+    // exec. Signals the daemon sends to the group reach that program directly; the guard
+    // stays until it has exited.
+    let mut signals =
+        match signal_hook::iterator::Signals::new([SIGUSR1, SIGTERM, SIGINT, SIGHUP, SIGQUIT]) {
+            Ok(signals) => signals,
+            Err(error) => {
+                eprintln!("leaderd hook-guard: cannot handle signals: {error}");
+                return ExitCode::from(126);
+            }
+        };
+    std::thread::spawn(move || {
+        for signal in signals.forever() {
+            if signal == SIGUSR1 {
+                let _ = killpg(group, Signal::SIGKILL);
+            }
+        }
+    });
+    let Some((program, args)) = argv.split_first() else {
+        eprintln!("leaderd hook-guard: nothing to run");
+        return ExitCode::from(126);
+    };
+    if fence {
+        watch_fence(group);
+    }
+    let mut child = match std::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(error) => {
+            eprintln!("leaderd hook-guard: cannot run {program:?}: {error}");
+            return ExitCode::from(127);
+        }
+    };
+    match child.wait() {
+        Ok(status) => match (status.code(), status.signal()) {
+            (Some(code), _) => ExitCode::from(code as u8),
+            (None, Some(signal)) => ExitCode::from(128 + signal as u8),
+            _ => ExitCode::FAILURE,
+        },
+        Err(_) => ExitCode::FAILURE,
+    }
+}
+
+/// Kills the group when the latest deadline read from stdin passes, or stdin closes.
+fn watch_fence(group: nix::unistd::Pid) {
+    use std::io::BufRead;
+    use std::sync::{Arc, Condvar, Mutex};
+    // None until the first deadline arrives; leaderd sends it right after the start.
+    let deadline: Arc<(Mutex<Option<u64>>, Condvar)> = Arc::default();
+    let reader = Arc::clone(&deadline);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(Ok(ns)) = line.map(|l| l.trim().parse::<u64>()) else {
+                break;
+            };
+            *reader.0.lock().unwrap() = Some(ns);
+            reader.1.notify_all();
+        }
+        // leaderd is gone (or spoke nonsense): nothing may go on running.
+        *reader.0.lock().unwrap() = Some(0);
+        reader.1.notify_all();
+    });
+    std::thread::spawn(move || {
+        let (lock, changed) = &*deadline;
+        let mut current = lock.lock().unwrap();
+        loop {
+            match *current {
+                None => current = changed.wait(current).unwrap(),
+                Some(ns) => {
+                    let now = monotonic_ns();
+                    if now >= ns {
+                        let _ = killpg(group, Signal::SIGKILL);
+                        return;
+                    }
+                    let wait = std::time::Duration::from_nanos(ns - now);
+                    current = changed.wait_timeout(current, wait).unwrap().0;
+                }
+            }
+        }
+    });
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the same clock in every process of the host.
+pub fn monotonic_ns() -> u64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is available");
+    now.tv_sec() as u64 * 1_000_000_000 + now.tv_nsec() as u64
+}

@@ -1,0 +1,571 @@
+//! Hooks: the leader-only work, run as processes that consume the election's role changes.
+//!
+//! The supervisor is a task of its own fed by the election's event channel and status watch;
+//! nothing here can delay a renewal. Event hooks run one at a time in the order their
+//! events happened. Leader-scoped processes (`on_elected`, `while_leader` runs and
+//! `leader_command`) are *fenced*: each watches the lease deadline and gets SIGTERM shortly
+//! before it, and SIGKILL early enough to be gone before the lease can lapse on the
+//! database, whatever the election is doing at that moment.
+
+pub mod config;
+pub mod guard;
+mod process;
+
+use nix::sys::signal::Signal;
+use std::collections::VecDeque;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep_until};
+use tracing::{info, warn};
+
+pub use config::{HookCommand, HooksConfig, LeaderCommand, Restart};
+use process::HookProcess;
+
+use crate::election::{ResignHandle, Role, RoleEvent, Status};
+
+/// Between SIGTERM on a timeout and SIGKILL.
+const KILL_GRACE: Duration = Duration::from_secs(2);
+
+/// What every hook is told about where it runs.
+#[derive(Debug, Clone)]
+pub struct HookContext {
+    pub election: String,
+    pub node_id: String,
+    pub interval: Duration,
+    pub ttl: Duration,
+}
+
+impl HookContext {
+    /// How long before the local lease deadline a fenced process gets SIGKILL. The
+    /// deadline itself is a safety margin ahead of the lapse on the database.
+    fn kill_lead(&self) -> Duration {
+        (self.ttl.saturating_sub(self.interval) / 4).min(Duration::from_millis(20))
+    }
+
+    /// How long before the SIGKILL a fenced process gets SIGTERM: half the renew window,
+    /// so a renewal that is merely a little slow does not stop the leader's work.
+    fn term_lead(&self) -> Duration {
+        (self.ttl.saturating_sub(self.interval) / 2).saturating_sub(self.kill_lead())
+    }
+}
+
+/// How a run of a hook ended.
+#[derive(Debug)]
+struct RunOutcome {
+    status: Option<ExitStatus>,
+    /// leaderd signalled it (timeout, fence or stop), rather than it ending on its own.
+    stopped: bool,
+}
+
+impl RunOutcome {
+    fn success(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+}
+
+fn describe(status: Option<ExitStatus>) -> String {
+    match status {
+        Some(s) if s.code().is_some() => format!("exit status {}", s.code().unwrap()),
+        Some(s) => match s.signal() {
+            Some(signal) => format!("killed by signal {signal}"),
+            None => "ended".to_owned(),
+        },
+        None => "not started".to_owned(),
+    }
+}
+
+/// One run of one hook.
+struct RunSpec {
+    hook: &'static str,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    timeout: Option<Duration>,
+    /// Leader-scoped: stopped with the lease (see the module comment).
+    fenced: bool,
+}
+
+/// Runs one hook to its end, enforcing its timeout and, if fenced, the lease fence and
+/// explicit stop requests (`stop_by`: SIGTERM now, SIGKILL by that instant).
+async fn run(
+    spec: RunSpec,
+    context: HookContext,
+    mut lease: watch::Receiver<Status>,
+    mut stop_by: watch::Receiver<Option<Instant>>,
+) -> RunOutcome {
+    let mut process = match HookProcess::spawn(spec.hook, &spec.argv, &spec.env, spec.fenced) {
+        Ok(process) => process,
+        Err(error) => {
+            warn!(%error, "hook not run");
+            return RunOutcome {
+                status: None,
+                stopped: false,
+            };
+        }
+    };
+    let timeout_at = spec.timeout.map(|t| process.started + t);
+    let (mut term_sent, mut kill_sent) = (false, false);
+    let mut fence_sent = None;
+    let status = loop {
+        let now = Instant::now();
+        // The fence: nothing leader-scoped may run at or past the lease deadline.
+        let (fence_term, fence_kill, stop) = if spec.fenced {
+            let status = lease.borrow_and_update();
+            let kill = match status.lease_deadline {
+                Some(deadline) if status.role == Role::Leader => {
+                    deadline.checked_sub(context.kill_lead()).unwrap_or(now)
+                }
+                _ => now,
+            };
+            let term = kill.checked_sub(context.term_lead()).unwrap_or(now);
+            (Some(term), Some(kill), *stop_by.borrow_and_update())
+        } else {
+            (None, None, None)
+        };
+        if let Some(kill) = fence_kill.filter(|k| Some(*k) != fence_sent) {
+            // The guard enforces it too, in case this process is frozen.
+            process.send_fence(kill).await;
+            fence_sent = Some(kill);
+        }
+        let term_at = [timeout_at, fence_term, stop.map(|_| now)]
+            .into_iter()
+            .flatten()
+            .min();
+        let kill_at = [fence_kill, stop, timeout_at.map(|t| t + KILL_GRACE)]
+            .into_iter()
+            .flatten()
+            .min();
+        tokio::select! {
+            biased;
+            status = process.wait() => break status.ok(),
+            _ = sleep_until(kill_at.unwrap_or(now)), if kill_at.is_some() && !kill_sent => {
+                process.signal(Signal::SIGTERM);
+                process.signal(Signal::SIGKILL);
+                (term_sent, kill_sent) = (true, true);
+            }
+            _ = sleep_until(term_at.unwrap_or(now)), if term_at.is_some() && !term_sent => {
+                process.signal(Signal::SIGTERM);
+                term_sent = true;
+            }
+            _ = lease.changed(), if spec.fenced => {}
+            _ = stop_by.changed(), if spec.fenced => {}
+        }
+    };
+    if spec.fenced {
+        // Whatever the main process left behind in its group goes with it.
+        process.signal(Signal::SIGKILL);
+    }
+    let elapsed_ms = process.elapsed().as_millis() as u64;
+    let outcome = RunOutcome {
+        status,
+        stopped: term_sent,
+    };
+    let result = describe(status);
+    if outcome.success() {
+        info!(hook = spec.hook, elapsed_ms, "hook finished: {result}");
+    } else if outcome.stopped {
+        info!(
+            hook = spec.hook,
+            elapsed_ms, "hook stopped by leaderd: {result}"
+        );
+    } else {
+        warn!(hook = spec.hook, elapsed_ms, "hook failed: {result}");
+    }
+    outcome
+}
+
+/// Controls the hook supervisor from the edge of the program.
+pub struct Hooks {
+    step_down: Option<oneshot::Sender<oneshot::Sender<()>>>,
+    task: JoinHandle<()>,
+    shutdown_timeout: Duration,
+}
+
+impl Hooks {
+    /// Starts the supervisor for `config` on the election's events and status.
+    pub fn spawn(
+        config: HooksConfig,
+        context: HookContext,
+        events: mpsc::UnboundedReceiver<RoleEvent>,
+        status: watch::Receiver<Status>,
+        resign: ResignHandle,
+    ) -> Hooks {
+        let (step_down, step_down_requests) = oneshot::channel();
+        let shutdown_timeout = config.shutdown_timeout;
+        let supervisor = Supervisor::new(config, context, status, resign);
+        let task = tokio::spawn(supervisor.run(events, step_down_requests));
+        Hooks {
+            step_down: Some(step_down),
+            task,
+            shutdown_timeout,
+        }
+    }
+
+    /// For a stopping node: stops every leader-scoped process (SIGTERM, then SIGKILL after
+    /// its stop timeout, or sooner if the lease requires it) and, if this node was leading,
+    /// runs `on_demoted`. Returns when done, at most `hooks.shutdown_timeout` later. The
+    /// election keeps renewing meanwhile, so the next leader's work cannot overlap.
+    pub async fn step_down(&mut self) {
+        let Some(request) = self.step_down.take() else {
+            return;
+        };
+        let (done, finished) = oneshot::channel();
+        if request.send(done).is_ok() {
+            let bound = self.shutdown_timeout + Duration::from_millis(500);
+            if tokio::time::timeout(bound, finished).await.is_err() {
+                warn!("hooks did not finish stepping down within hooks.shutdown_timeout");
+            }
+        }
+    }
+
+    /// Waits for the supervisor to end (after the election's event channel closed).
+    pub async fn join(self) {
+        let _ = self.task.await;
+    }
+}
+
+/// A queued event hook with the environment of its moment.
+struct EventJob {
+    hook: &'static str,
+    command: HookCommand,
+    env: Vec<(String, String)>,
+    /// on_elected of this term: leader-scoped, and followed by the leader_command.
+    elected_term: Option<i64>,
+}
+
+struct Supervisor {
+    config: HooksConfig,
+    context: HookContext,
+    status: watch::Receiver<Status>,
+    resign: ResignHandle,
+    /// SIGTERM now and SIGKILL by the instant, for every leader-scoped process.
+    stop_by: watch::Sender<Option<Instant>>,
+    /// The term this node leads, as the events tell.
+    leading: Option<i64>,
+    leader: Option<String>,
+    previous_leader: Option<String>,
+    term: Option<i64>,
+    queue: VecDeque<EventJob>,
+    /// The event hook running now, and the term it is on_elected of (if it is).
+    event_run: Option<JoinHandle<RunOutcome>>,
+    event_run_term: Option<i64>,
+    while_run: Option<JoinHandle<RunOutcome>>,
+    next_while: Instant,
+    command_run: Option<JoinHandle<RunOutcome>>,
+    command_restart_at: Option<Instant>,
+    /// Stepping down for shutdown: no new leader work, events ignored.
+    stopping: bool,
+}
+
+async fn join_opt<T>(handle: &mut Option<JoinHandle<T>>) -> Option<T> {
+    match handle {
+        Some(h) => {
+            let result = h.await.ok();
+            *handle = None;
+            result
+        }
+        None => std::future::pending().await,
+    }
+}
+
+impl Supervisor {
+    fn new(
+        config: HooksConfig,
+        context: HookContext,
+        status: watch::Receiver<Status>,
+        resign: ResignHandle,
+    ) -> Self {
+        Supervisor {
+            config,
+            context,
+            status,
+            resign,
+            stop_by: watch::channel(None).0,
+            leading: None,
+            leader: None,
+            previous_leader: None,
+            term: None,
+            queue: VecDeque::new(),
+            event_run: None,
+            event_run_term: None,
+            while_run: None,
+            next_while: Instant::now(),
+            command_run: None,
+            command_restart_at: None,
+            stopping: false,
+        }
+    }
+
+    fn env(&self, event: &str, role: Role) -> Vec<(String, String)> {
+        let c = &self.context;
+        vec![
+            ("LEADERD_EVENT".into(), event.into()),
+            ("LEADERD_ELECTION".into(), c.election.clone()),
+            ("LEADERD_NODE_ID".into(), c.node_id.clone()),
+            ("LEADERD_ROLE".into(), role.as_str().into()),
+            (
+                "LEADERD_LEADER".into(),
+                self.leader.clone().unwrap_or_default(),
+            ),
+            (
+                "LEADERD_PREVIOUS_LEADER".into(),
+                self.previous_leader.clone().unwrap_or_default(),
+            ),
+            (
+                "LEADERD_TERM".into(),
+                self.term.map(|t| t.to_string()).unwrap_or_default(),
+            ),
+        ]
+    }
+
+    fn start(
+        &self,
+        hook: &'static str,
+        command: &HookCommand,
+        env: Vec<(String, String)>,
+        fenced: bool,
+    ) -> JoinHandle<RunOutcome> {
+        let mut env = env;
+        env.extend(command.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let spec = RunSpec {
+            hook,
+            argv: command.argv.clone(),
+            env,
+            timeout: Some(command.timeout),
+            fenced,
+        };
+        tokio::spawn(run(
+            spec,
+            self.context.clone(),
+            self.status.clone(),
+            self.stop_by.subscribe(),
+        ))
+    }
+
+    fn start_leader_command(&mut self) {
+        let Some(command) = &self.config.leader_command else {
+            return;
+        };
+        if self.leading.is_none() || self.stopping || self.command_run.is_some() {
+            return;
+        }
+        let mut env = self.env("leader_command", Role::Leader);
+        env.extend(command.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let spec = RunSpec {
+            hook: "leader_command",
+            argv: command.argv.clone(),
+            env,
+            timeout: None,
+            fenced: true,
+        };
+        info!(term = self.term, "starting leader_command");
+        self.command_run = Some(tokio::spawn(run(
+            spec,
+            self.context.clone(),
+            self.status.clone(),
+            self.stop_by.subscribe(),
+        )));
+    }
+
+    fn on_event(&mut self, event: RoleEvent) {
+        match event {
+            RoleEvent::Elected { term } => {
+                self.leading = Some(term);
+                self.term = Some(term);
+                self.stop_by.send_replace(None);
+                self.next_while = Instant::now();
+                match self.config.on_elected.clone() {
+                    Some(command) => {
+                        let env = self.env("elected", Role::Leader);
+                        self.queue.push_back(EventJob {
+                            hook: "on_elected",
+                            command,
+                            env,
+                            elected_term: Some(term),
+                        });
+                    }
+                    None => self.start_leader_command(),
+                }
+            }
+            RoleEvent::Demoted { term } => {
+                self.leading = None;
+                self.command_restart_at = None;
+                // Queued leader-only hooks of that term are moot now.
+                self.queue.retain(|job| job.elected_term.is_none());
+                // Running ones are stopped by their fence (the status no longer says
+                // leader); on_demoted waits for them below.
+                if let Some(command) = self.config.on_demoted.clone() {
+                    let mut env = self.env("demoted", Role::Unknown);
+                    set(&mut env, "LEADERD_TERM", term.to_string());
+                    self.queue.push_back(EventJob {
+                        hook: "on_demoted",
+                        command,
+                        env,
+                        elected_term: None,
+                    });
+                }
+            }
+            RoleEvent::LeaderChanged {
+                previous,
+                current,
+                term,
+            } => {
+                self.previous_leader = previous;
+                self.leader = current;
+                self.term = term.or(self.term);
+                if let Some(command) = self.config.on_leader_change.clone() {
+                    let role = self.status.borrow().role;
+                    let env = self.env("leader_change", role);
+                    self.queue.push_back(EventJob {
+                        hook: "on_leader_change",
+                        command,
+                        env,
+                        elected_term: None,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Leader-scoped processes still running (an event hook's demotion waits for them).
+    fn leader_work_running(&self) -> bool {
+        self.command_run.is_some()
+            || self.while_run.is_some()
+            || (self.event_run.is_some() && self.event_run_term.is_some())
+    }
+
+    fn start_next_event_hook(&mut self) {
+        if self.event_run.is_some() {
+            return;
+        }
+        // on_demoted (and whatever follows) waits until the leader's work is gone.
+        let waits_for_leader_work = self.leading.is_none() && self.leader_work_running();
+        if waits_for_leader_work {
+            return;
+        }
+        if let Some(job) = self.queue.pop_front() {
+            let fenced = job.elected_term.is_some();
+            self.event_run = Some(self.start(job.hook, &job.command, job.env, fenced));
+            self.event_run_term = job.elected_term;
+        }
+    }
+
+    async fn run(
+        mut self,
+        mut events: mpsc::UnboundedReceiver<RoleEvent>,
+        step_down: oneshot::Receiver<oneshot::Sender<()>>,
+    ) {
+        tokio::pin!(step_down);
+        let mut step_down_done: Option<oneshot::Sender<()>> = None;
+        loop {
+            self.start_next_event_hook();
+            let while_due =
+                self.leading.is_some() && !self.stopping && self.config.while_leader.is_some();
+            tokio::select! {
+                event = events.recv() => match event {
+                    Some(_) if self.stopping => {}
+                    Some(event) => self.on_event(event),
+                    None => break,
+                },
+                done = &mut step_down, if step_down_done.is_none() && !self.stopping => {
+                    let Ok(done) = done else { continue };
+                    self.begin_step_down();
+                    step_down_done = Some(done);
+                }
+                _ = join_opt(&mut self.event_run) => {
+                    let elected_term = self.event_run_term.take();
+                    if elected_term.is_some() && elected_term == self.leading {
+                        // The leader's long-running work starts once on_elected is done.
+                        self.start_leader_command();
+                    }
+                }
+                _ = sleep_until(self.next_while), if while_due => {
+                    self.next_while = Instant::now() + self.context.interval;
+                    if self.while_run.is_some() {
+                        info!("while_leader is still running; skipping this tick");
+                    } else if let Some(command) = self.config.while_leader.clone() {
+                        let env = self.env("while_leader", Role::Leader);
+                        self.while_run = Some(self.start("while_leader", &command, env, true));
+                    }
+                }
+                _ = join_opt(&mut self.while_run) => {}
+                outcome = join_opt(&mut self.command_run) => self.leader_command_ended(outcome),
+                _ = sleep_until(self.command_restart_at.unwrap_or_else(Instant::now)), if self.command_restart_at.is_some() => {
+                    self.command_restart_at = None;
+                    self.start_leader_command();
+                }
+            }
+            if let Some(done) = step_down_done.take() {
+                self.start_next_event_hook();
+                if self.leader_work_running() || self.event_run.is_some() || !self.queue.is_empty()
+                {
+                    step_down_done = Some(done);
+                } else {
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+
+    fn leader_command_ended(&mut self, outcome: Option<RunOutcome>) {
+        let Some(command) = self.config.leader_command.clone() else {
+            return;
+        };
+        let Some(outcome) = outcome else { return };
+        if self.leading.is_none() || self.stopping {
+            return;
+        }
+        if !outcome.stopped && command.step_down_on_exit {
+            warn!(
+                term = self.leading,
+                "leader_command exited; stepping down (step_down_on_exit)"
+            );
+            self.resign.resign();
+            return;
+        }
+        let restart = outcome.stopped
+            || match command.restart {
+                Restart::Always => true,
+                Restart::OnFailure => !outcome.success(),
+                Restart::Never => false,
+            };
+        if restart {
+            // Not in a tight loop, and only once the lease is comfortably ahead again.
+            self.command_restart_at = Some(Instant::now() + self.context.interval);
+        }
+    }
+
+    /// Shutdown: stop leader work gracefully, then run on_demoted if this node led.
+    fn begin_step_down(&mut self) {
+        self.stopping = true;
+        let grace = self
+            .config
+            .leader_command
+            .as_ref()
+            .map_or(Duration::ZERO, |c| c.stop_timeout)
+            .min(self.config.shutdown_timeout);
+        self.stop_by.send_replace(Some(Instant::now() + grace));
+        self.command_restart_at = None;
+        self.queue.clear();
+        if let Some(term) = self.leading.take() {
+            if let Some(command) = self.config.on_demoted.clone() {
+                let mut env = self.env("demoted", Role::Unknown);
+                set(&mut env, "LEADERD_TERM", term.to_string());
+                self.queue.push_back(EventJob {
+                    hook: "on_demoted",
+                    command,
+                    env,
+                    elected_term: None,
+                });
+            }
+        }
+    }
+}
+
+fn set(env: &mut [(String, String)], key: &str, value: String) {
+    if let Some(entry) = env.iter_mut().find(|(k, _)| k == key) {
+        entry.1 = value;
+    }
+}
