@@ -212,6 +212,8 @@ pub struct NodeSettings {
     pub election: String,
     pub ttl: Duration,
     pub interval: Duration,
+    /// A configuration file (for hooks), passed with --config.
+    pub config_file: Option<PathBuf>,
 }
 
 impl Default for NodeSettings {
@@ -220,6 +222,7 @@ impl Default for NodeSettings {
             election: unique("election"),
             ttl: Duration::from_millis(1200),
             interval: Duration::from_secs(1),
+            config_file: None,
         }
     }
 }
@@ -255,7 +258,11 @@ impl Node {
             .append(true)
             .open(&log_path)
             .unwrap();
-        let child = leaderd()
+        let mut command = leaderd();
+        if let Some(file) = &settings.config_file {
+            command.arg("--config").arg(file);
+        }
+        let child = command
             .args(["run", "--id", id])
             .current_dir(&db.dir)
             .env("LEADERD_DATABASE__URL", url)

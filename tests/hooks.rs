@@ -1,0 +1,581 @@
+//! Hooks on real `leaderd` processes: scripts record what they saw (node, event, term,
+//! nanosecond timestamps) to files, and the checks read those records, not the logs.
+
+#[macro_use]
+mod common;
+
+use common::proxy::{Mode, Proxy};
+use common::{
+    Backend, Node, NodeSettings, Sampler, StatusFile, TestDb, agreed_leader, wait_new_leader,
+};
+use nix::sys::signal::Signal;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const SETTLE: Duration = Duration::from_secs(15);
+
+/// Appends "NODE EVENT TERM NANOS" to events.NODE for the hook it is called from.
+const RECORD: &str = r#"#!/bin/sh
+echo "$LEADERD_NODE_ID $1 ${LEADERD_TERM:-0} $(date +%s%N) $LEADERD_ROLE $LEADERD_LEADER" >> "$RECORD_DIR/events.$LEADERD_NODE_ID"
+"#;
+
+/// A leader_command that records its start and then beats every few milliseconds until
+/// it is stopped, so that its lifetime can be read back to within a beat.
+const LEADER_COMMAND: &str = r#"#!/bin/sh
+echo "$LEADERD_NODE_ID start $LEADERD_TERM $(date +%s%N)" >> "$RECORD_DIR/events.$LEADERD_NODE_ID"
+trap 'echo "$LEADERD_NODE_ID stop $LEADERD_TERM $(date +%s%N)" >> "$RECORD_DIR/events.$LEADERD_NODE_ID"; exit 0' TERM
+while :; do
+  echo "$LEADERD_NODE_ID $LEADERD_TERM $(date +%s%N)" >> "$RECORD_DIR/beats.$LEADERD_NODE_ID"
+  sleep 0.005
+done
+"#;
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+fn script(dir: &Path, name: &str, text: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// Writes the recording scripts and a config whose `[hooks]` section is `hooks`
+/// (with RECORD and COMMAND standing for the scripts' paths).
+fn hooks_config(db: &TestDb, hooks: &str) -> NodeSettings {
+    let record = script(&db.dir, "record.sh", RECORD);
+    let command = script(&db.dir, "leader_command.sh", LEADER_COMMAND);
+    let text = hooks
+        .replace("RECORD", record.to_str().unwrap())
+        .replace("COMMAND", command.to_str().unwrap())
+        .replace("DIR", db.dir.to_str().unwrap());
+    let file = db.dir.join("hooks.toml");
+    std::fs::write(&file, format!("[hooks]\n{text}")).unwrap();
+    // SAFETY of the environment: RECORD_DIR is read by the scripts through leaderd's env.
+    NodeSettings {
+        config_file: Some(file),
+        ..NodeSettings::default()
+    }
+}
+
+fn start(db: &TestDb, settings: &NodeSettings, id: &str, url: &str) -> Node {
+    Node::start_with_env(
+        db,
+        settings,
+        id,
+        url,
+        &[("RECORD_DIR", db.dir.to_str().unwrap())],
+    )
+}
+
+#[derive(Debug, Clone)]
+struct Record {
+    node: String,
+    event: String,
+    term: i64,
+    at: u128,
+    rest: String,
+}
+
+fn records(dir: &Path) -> Vec<Record> {
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if !path
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("events.")
+        {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let mut parts = line.splitn(5, ' ');
+            let mut next = || parts.next().unwrap_or_default().to_owned();
+            let (node, event, term, at, rest) = (next(), next(), next(), next(), next());
+            // A script killed mid-record (its `date` died first) leaves a torn line.
+            let (Ok(term), Ok(at)) = (term.parse(), at.parse()) else {
+                continue;
+            };
+            all.push(Record {
+                node,
+                event,
+                term,
+                at,
+                rest,
+            });
+        }
+    }
+    all.sort_by_key(|r| r.at);
+    all
+}
+
+/// One leader_command run: node, term, first and last beat.
+#[derive(Debug, Clone)]
+struct Run {
+    node: String,
+    term: i64,
+    first: u128,
+    last: u128,
+}
+
+fn runs(dir: &Path) -> Vec<Run> {
+    let mut by_run: BTreeMap<(String, i64), Run> = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if !path
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("beats.")
+        {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let parts: Vec<&str> = line.split(' ').collect();
+            let (Some(node), Some(Ok(term)), Some(Ok(at))) = (
+                parts.first().map(|n| n.to_string()),
+                parts.get(1).map(|t| t.parse::<i64>()),
+                parts.get(2).map(|a| a.parse::<u128>()),
+            ) else {
+                continue; // torn by a kill
+            };
+            by_run
+                .entry((node.clone(), term))
+                .and_modify(|r| {
+                    r.first = r.first.min(at);
+                    r.last = r.last.max(at);
+                })
+                .or_insert(Run {
+                    node,
+                    term,
+                    first: at,
+                    last: at,
+                });
+        }
+    }
+    let mut runs: Vec<Run> = by_run.into_values().collect();
+    runs.sort_by_key(|r| r.first);
+    runs
+}
+
+/// No two nodes' leader_command runs overlap; returns the largest gap between one run's
+/// last beat and the next run's first (ms).
+fn check_no_overlap(runs: &[Run]) -> f64 {
+    let mut largest: f64 = 0.0;
+    for pair in runs.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        if a.node == b.node && a.term == b.term {
+            continue;
+        }
+        assert!(
+            b.first > a.last,
+            "leader_command runs overlap: {a:?} and {b:?}\nall: {runs:#?}"
+        );
+        largest = largest.max((b.first - a.last) as f64 / 1e6);
+    }
+    largest
+}
+
+fn alive(nodes: &[Node]) -> Vec<&Node> {
+    nodes.iter().collect()
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    Term,
+    Kill,
+    Stop,
+}
+
+/// Failovers of every kind with all hooks configured: on_elected once per term, terms
+/// growing, and leader_command runs of different nodes never overlapping.
+async fn failovers_keep_leader_commands_apart(backend: Backend) {
+    let db = TestDb::new(backend);
+    let settings = hooks_config(
+        &db,
+        r#"
+on_elected = ["RECORD", "elected"]
+on_demoted = ["RECORD", "demoted"]
+on_leader_change = ["RECORD", "leader_change"]
+[hooks.leader_command]
+command = ["COMMAND"]
+stop_timeout = "2s"
+"#,
+    );
+    let ids = ["a", "b", "c"];
+    let mut nodes: Vec<Node> = ids
+        .iter()
+        .map(|id| start(&db, &settings, id, &db.url))
+        .collect();
+    let mut sampler = Sampler::new();
+    let mut killed_at = Vec::new();
+    for fault in [
+        Fault::Term,
+        Fault::Kill,
+        Fault::Stop,
+        Fault::Term,
+        Fault::Kill,
+    ] {
+        let (statuses, _) = sampler
+            .until(&alive(&nodes), SETTLE, "one agreed leader", |s| {
+                s.iter().all(Option::is_some) && agreed_leader(s).is_some()
+            })
+            .await;
+        let (leader, term) = agreed_leader(&statuses).unwrap();
+        // Let the leader_command of this term run a little.
+        sampler
+            .watch(&alive(&nodes), Duration::from_millis(300))
+            .await;
+        let index = nodes.iter().position(|n| n.id == leader).unwrap();
+        let others: Vec<&Node> = nodes.iter().filter(|n| n.id != leader).collect();
+        match fault {
+            Fault::Term => {
+                nodes[index].signal(Signal::SIGTERM);
+                wait_new_leader(&mut sampler, &others, term).await;
+                assert_eq!(
+                    nodes[index].wait_exit(Duration::from_secs(5)).await,
+                    Some(0)
+                );
+                // Its last word ("unknown") marks when its term ended.
+                sampler.sample(&alive(&nodes));
+            }
+            Fault::Kill => {
+                nodes[index].signal(Signal::SIGKILL);
+                killed_at.push((leader.clone(), term, now_ns()));
+                wait_new_leader(&mut sampler, &others, term).await;
+            }
+            Fault::Stop => {
+                nodes[index].signal(Signal::SIGSTOP);
+                wait_new_leader(&mut sampler, &others, term).await;
+                nodes[index].signal(Signal::SIGCONT);
+                sampler
+                    .watch(&alive(&nodes), Duration::from_millis(500))
+                    .await;
+                continue;
+            }
+        }
+        // Restart it, and wait until it is up (its fresh status file) before going on: a
+        // signal in its first milliseconds would find no handler yet.
+        let _ = std::fs::remove_file(&nodes[index].status_path);
+        nodes[index] = start(&db, &settings, &leader, &db.url);
+        let restarted = &nodes[index];
+        sampler
+            .until(&[restarted], SETTLE, "the restarted node is up", |s| {
+                s[0].is_some()
+            })
+            .await;
+    }
+    // The last term's on_elected, before everything stops (a stop drops queued hooks).
+    let (statuses, _) = sampler
+        .until(&alive(&nodes), SETTLE, "one agreed leader", |s| {
+            s.iter().all(Option::is_some) && agreed_leader(s).is_some()
+        })
+        .await;
+    let (_, last_term) = agreed_leader(&statuses).unwrap();
+    sampler
+        .until(&alive(&nodes), SETTLE, "the last term's on_elected", |_| {
+            records(&db.dir)
+                .iter()
+                .any(|r| r.event == "elected" && r.term == last_term)
+        })
+        .await;
+    for node in &nodes {
+        node.signal(Signal::SIGTERM);
+    }
+    for node in nodes.iter_mut() {
+        assert_eq!(
+            node.wait_exit(Duration::from_secs(5)).await,
+            Some(0),
+            "{}",
+            node.id
+        );
+    }
+    sampler.check_terms();
+
+    let records = records(&db.dir);
+    let elected: Vec<&Record> = records.iter().filter(|r| r.event == "elected").collect();
+    let terms: Vec<i64> = elected.iter().map(|r| r.term).collect();
+    assert!(terms.len() >= 6, "{terms:?}");
+    assert!(
+        terms.windows(2).all(|w| w[0] < w[1]),
+        "on_elected once per term, in order: {terms:?}"
+    );
+    assert!(
+        elected.iter().all(|r| r.rest.starts_with("leader")),
+        "LEADERD_ROLE=leader"
+    );
+    // Every term that was elected started its leader_command, on that node.
+    for e in &elected {
+        let started = records
+            .iter()
+            .any(|r| r.event == "start" && r.node == e.node && r.term == e.term && r.at > e.at);
+        let stopped_early = records
+            .iter()
+            .any(|r| r.event == "demoted" && r.term == e.term);
+        assert!(
+            started || stopped_early,
+            "term {} of {} never started its leader_command",
+            e.term,
+            e.node
+        );
+    }
+    // Every clean stop of a leader ran on_demoted after its leader_command stopped.
+    let demoted: Vec<&Record> = records.iter().filter(|r| r.event == "demoted").collect();
+    assert!(demoted.len() >= 2, "{demoted:?}");
+    for d in &demoted {
+        if let Some(stop) = records
+            .iter()
+            .find(|r| r.event == "stop" && r.node == d.node && r.term == d.term)
+        {
+            assert!(
+                stop.at <= d.at,
+                "on_demoted ran before the leader_command stopped: {d:?}"
+            );
+        }
+    }
+
+    let runs = runs(&db.dir);
+    let largest_gap = check_no_overlap(&runs);
+    eprintln!(
+        "[measured] {backend:?}: {} leader_command runs, no overlap, largest gap between one stopping and the next starting: {largest_gap:.1} ms",
+        runs.len()
+    );
+    // A SIGKILLed daemon's leader_command dies with it (the guard kills the group).
+    for (node, term, at) in killed_at {
+        let run = runs
+            .iter()
+            .find(|r| r.node == node && r.term == term)
+            .unwrap();
+        let after_ms = (run.last as i128 - at as i128) as f64 / 1e6;
+        assert!(
+            after_ms < 100.0,
+            "{node}'s leader_command beat {after_ms:.1} ms after its daemon was killed"
+        );
+    }
+}
+
+/// A leader cut off from its database runs on_demoted, and its leader_command is gone
+/// before the next leader's starts.
+async fn losing_the_database_runs_on_demoted(backend: Backend) {
+    let db = TestDb::new(backend);
+    let settings = hooks_config(
+        &db,
+        r#"
+on_demoted = ["RECORD", "demoted"]
+leader_command = ["COMMAND"]
+"#,
+    );
+    let proxy = Proxy::start(db.server_addr()).await;
+    let mut nodes = vec![start(&db, &settings, "cut", &db.url_via(proxy.addr))];
+    let mut sampler = Sampler::new();
+    sampler
+        .until(&alive(&nodes), SETTLE, "the proxied node leads", |s| {
+            s[0].as_ref().is_some_and(StatusFile::is_leader)
+        })
+        .await;
+    nodes.push(start(&db, &settings, "b", &db.url));
+    sampler
+        .watch(&alive(&nodes), Duration::from_millis(500))
+        .await;
+    let cut = now_ns();
+    proxy.set(Mode::Stall);
+    wait_new_leader(&mut sampler, &[&nodes[1]], 1).await;
+    sampler
+        .watch(&alive(&nodes), Duration::from_millis(500))
+        .await;
+    let records = records(&db.dir);
+    let demoted = records
+        .iter()
+        .find(|r| r.node == "cut" && r.event == "demoted")
+        .expect("on_demoted ran on the cut-off node");
+    let after_ms = (demoted.at - cut) as f64 / 1e6;
+    eprintln!(
+        "[measured] {backend:?}: connection stalled to on_demoted on the cut-off node: {after_ms:.0} ms"
+    );
+    assert!(after_ms < 1200.0 + 500.0, "{after_ms} ms");
+    let runs = runs(&db.dir);
+    check_no_overlap(&runs);
+    assert!(
+        runs.iter().any(|r| r.node == "b"),
+        "b's leader_command ran: {runs:?}"
+    );
+    sampler.check_terms();
+}
+
+/// An event hook that ignores SIGTERM and hangs, with a child of its own, is killed with
+/// that child at its timeout, while the election carries on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hanging_hook_is_killed_with_its_child_at_its_timeout() {
+    let db = TestDb::new(Backend::Sqlite);
+    let hang = script(
+        &db.dir,
+        "hang.sh",
+        r#"#!/bin/sh
+trap '' TERM
+sleep 1000 &
+echo $! > "$RECORD_DIR/child.pid"
+echo $$ > "$RECORD_DIR/hook.pid"
+wait
+"#,
+    );
+    let settings = hooks_config(
+        &db,
+        &format!(
+            "on_leader_change = {{ command = [\"{}\"], timeout = \"1s\" }}\n",
+            hang.display()
+        ),
+    );
+    let node = start(&db, &settings, "solo", &db.url);
+    let mut sampler = Sampler::new();
+    sampler
+        .until(&[&node], SETTLE, "solo leads", |s| {
+            s[0].as_ref().is_some_and(StatusFile::is_leader)
+        })
+        .await;
+    let read_pid = |name: &str| -> i32 {
+        std::fs::read_to_string(db.dir.join(name))
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    sampler
+        .until(&[&node], Duration::from_secs(5), "the hook started", |_| {
+            read_pid("child.pid") > 0 && read_pid("hook.pid") > 0
+        })
+        .await;
+    // Running, as opposed to gone or a zombie waiting for its new parent to reap it.
+    let exists = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                stat.rsplit_once(") ")
+                    .map(|(_, rest)| !rest.starts_with('Z'))
+            })
+            .unwrap_or(false)
+    };
+    let (hook, child) = (read_pid("hook.pid"), read_pid("child.pid"));
+    assert!(exists(hook) && exists(child));
+    // Timeout 1 s, then SIGTERM (ignored), then SIGKILL 2 s later.
+    let before = node.status().unwrap().updated_at;
+    let (_, waited) = sampler
+        .until(
+            &[&node],
+            Duration::from_secs(6),
+            "hook and child killed",
+            |_| !exists(hook) && !exists(child),
+        )
+        .await;
+    eprintln!(
+        "[measured] hanging hook and its child gone {} ms after it started",
+        waited.as_millis()
+    );
+    let status = node.status().unwrap();
+    assert!(
+        status.is_leader() && status.updated_at > before,
+        "the election carried on: {status:?}"
+    );
+    assert!(node.log().contains("hook=\"on_leader_change\""));
+}
+
+/// while_leader runs on the leader only, about once per interval, never twice at once: a
+/// run that takes 1.5 s makes the next tick skip.
+#[tokio::test(flavor = "multi_thread")]
+async fn while_leader_runs_on_the_leader_only_and_never_twice_at_once() {
+    let db = TestDb::new(Backend::Postgres);
+    let slow = script(
+        &db.dir,
+        "slow.sh",
+        r#"#!/bin/sh
+echo "$LEADERD_NODE_ID begin ${LEADERD_TERM} $(date +%s%N)" >> "$RECORD_DIR/events.$LEADERD_NODE_ID"
+sleep 1.5
+echo "$LEADERD_NODE_ID end ${LEADERD_TERM} $(date +%s%N)" >> "$RECORD_DIR/events.$LEADERD_NODE_ID"
+"#,
+    );
+    let settings = hooks_config(&db, &format!("while_leader = [\"{}\"]\n", slow.display()));
+    let nodes = [
+        start(&db, &settings, "a", &db.url),
+        start(&db, &settings, "b", &db.url),
+    ];
+    let mut sampler = Sampler::new();
+    let (statuses, _) = sampler
+        .until(&alive(&nodes), SETTLE, "one agreed leader", |s| {
+            s.iter().all(Option::is_some) && agreed_leader(s).is_some()
+        })
+        .await;
+    let (leader, _) = agreed_leader(&statuses).unwrap();
+    sampler.watch(&alive(&nodes), Duration::from_secs(6)).await;
+    let records = records(&db.dir);
+    assert!(
+        records.iter().all(|r| r.node == leader),
+        "only the leader runs it: {records:?}"
+    );
+    let begins: Vec<u128> = records
+        .iter()
+        .filter(|r| r.event == "begin")
+        .map(|r| r.at)
+        .collect();
+    let ends: Vec<u128> = records
+        .iter()
+        .filter(|r| r.event == "end")
+        .map(|r| r.at)
+        .collect();
+    for (i, begin) in begins.iter().enumerate().skip(1) {
+        assert!(
+            *begin > ends[i - 1],
+            "run {i} began before run {} ended",
+            i - 1
+        );
+    }
+    // Ticks at 0, 1, 2, … s with runs of 1.5 s: every other tick is skipped.
+    assert!(
+        (3..=5).contains(&begins.len()),
+        "{} runs in 6 s: {records:?}",
+        begins.len()
+    );
+    assert!(nodes.iter().any(|n| {
+        n.log()
+            .contains("while_leader is still running; skipping this tick")
+    }));
+}
+
+/// With step_down_on_exit, a leader whose leader_command exits gives up leadership and
+/// another node takes over.
+#[tokio::test(flavor = "multi_thread")]
+async fn step_down_on_exit_hands_leadership_over() {
+    let db = TestDb::new(Backend::Postgres);
+    let settings = hooks_config(
+        &db,
+        r#"
+[hooks.leader_command]
+command = ["sh", "-c", "sleep 1"]
+step_down_on_exit = true
+"#,
+    );
+    let nodes = [
+        start(&db, &settings, "a", &db.url),
+        start(&db, &settings, "b", &db.url),
+    ];
+    let mut sampler = Sampler::new();
+    let (statuses, _) = sampler
+        .until(&alive(&nodes), SETTLE, "one agreed leader", |s| {
+            s.iter().all(Option::is_some) && agreed_leader(s).is_some()
+        })
+        .await;
+    let (first, term) = agreed_leader(&statuses).unwrap();
+    let (second, _) = wait_new_leader(&mut sampler, &alive(&nodes), term).await;
+    assert_ne!(first, second, "the other node took over");
+    sampler.check_terms();
+}
+
+backend_tests!(postgres = Backend::Postgres => failovers_keep_leader_commands_apart, losing_the_database_runs_on_demoted);
+backend_tests!(mysql = Backend::Mysql => failovers_keep_leader_commands_apart, losing_the_database_runs_on_demoted);
+backend_tests!(sqlite = Backend::Sqlite => failovers_keep_leader_commands_apart);
