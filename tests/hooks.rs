@@ -167,10 +167,11 @@ fn runs(dir: &Path) -> Vec<Run> {
     runs
 }
 
-/// No two nodes' leader_command runs overlap; returns the largest gap between one run's
-/// last beat and the next run's first (ms).
-fn check_no_overlap(runs: &[Run]) -> f64 {
+/// No two nodes' leader_command runs overlap; returns the smallest and largest gap between
+/// one run's last beat and the next run's first (ms).
+fn check_no_overlap(runs: &[Run]) -> (f64, f64) {
     let mut largest: f64 = 0.0;
+    let mut smallest = f64::MAX;
     for pair in runs.windows(2) {
         let (a, b) = (&pair[0], &pair[1]);
         if a.node == b.node && a.term == b.term {
@@ -180,9 +181,11 @@ fn check_no_overlap(runs: &[Run]) -> f64 {
             b.first > a.last,
             "leader_command runs overlap: {a:?} and {b:?}\nall: {runs:#?}"
         );
-        largest = largest.max((b.first - a.last) as f64 / 1e6);
+        let gap = (b.first - a.last) as f64 / 1e6;
+        largest = largest.max(gap);
+        smallest = smallest.min(gap);
     }
-    largest
+    (smallest, largest)
 }
 
 fn alive(nodes: &[Node]) -> Vec<&Node> {
@@ -344,9 +347,9 @@ stop_timeout = "2s"
     }
 
     let runs = runs(&db.dir);
-    let largest_gap = check_no_overlap(&runs);
+    let (smallest_gap, largest_gap) = check_no_overlap(&runs);
     eprintln!(
-        "[measured] {backend:?}: {} leader_command runs, no overlap, largest gap between one stopping and the next starting: {largest_gap:.1} ms",
+        "[measured] {backend:?}: {} leader_command runs, no overlap; gap between one stopping and the next starting: smallest {smallest_gap:.1} ms, largest {largest_gap:.1} ms",
         runs.len()
     );
     // A SIGKILLed daemon's leader_command dies with it (the guard kills the group).

@@ -158,9 +158,11 @@ async fn run(
         process.signal(Signal::SIGKILL);
     }
     let elapsed_ms = process.elapsed().as_millis() as u64;
+    // Ended past its fence: the guard killed it (leaderd may have been frozen meanwhile).
+    let fenced_off = fence_sent.is_some_and(|kill| Instant::now() >= kill);
     let outcome = RunOutcome {
         status,
-        stopped: term_sent,
+        stopped: term_sent || fenced_off,
     };
     let result = describe(status);
     if outcome.success() {
