@@ -486,7 +486,20 @@ wait
         status.is_leader() && status.updated_at > before,
         "the election carried on: {status:?}"
     );
-    assert!(node.log().contains("hook=\"on_leader_change\""));
+    // Its end is logged with how it ended (right after the daemon reaps it).
+    sampler
+        .until(
+            &[&node],
+            Duration::from_secs(2),
+            "the kill is logged",
+            |_| {
+                node.log().lines().any(|line| {
+                    line.contains("hook=\"on_leader_change\"")
+                        && line.contains("killed by signal 9")
+                })
+            },
+        )
+        .await;
 }
 
 /// while_leader runs on the leader only, about once per interval, never twice at once: a
@@ -582,3 +595,45 @@ step_down_on_exit = true
 backend_tests!(postgres = Backend::Postgres => failovers_keep_leader_commands_apart, losing_the_database_runs_on_demoted);
 backend_tests!(mysql = Backend::Mysql => failovers_keep_leader_commands_apart, losing_the_database_runs_on_demoted);
 backend_tests!(sqlite = Backend::Sqlite => failovers_keep_leader_commands_apart);
+
+/// A quick while_leader runs about once per interval; a leader_command that floods its
+/// output (`yes`) changes nothing in the election: the leader keeps its term.
+#[tokio::test(flavor = "multi_thread")]
+async fn while_leader_keeps_time_and_a_flooding_hook_changes_nothing() {
+    let db = TestDb::new(Backend::Sqlite);
+    let settings = hooks_config(
+        &db,
+        r#"
+while_leader = ["RECORD", "tick"]
+leader_command = ["yes", "flooding the log"]
+"#,
+    );
+    let node = start(&db, &settings, "solo", &db.url);
+    let mut sampler = Sampler::new();
+    sampler
+        .until(&[&node], SETTLE, "solo leads", |s| {
+            s[0].as_ref().is_some_and(StatusFile::is_leader)
+        })
+        .await;
+    let first_tick = now_ns();
+    sampler.watch(&[&node], Duration::from_secs(5)).await;
+    let status = node.status().unwrap();
+    assert!(
+        status.is_leader() && status.term == Some(1),
+        "the flood cost leadership: {status:?}"
+    );
+    let ticks = records(&db.dir)
+        .iter()
+        .filter(|r| r.event == "tick" && r.at >= first_tick)
+        .count();
+    assert!(
+        (4..=6).contains(&ticks),
+        "{ticks} while_leader runs in 5 s at a 1 s interval"
+    );
+    let log = node.log();
+    assert!(
+        log.contains("lines dropped"),
+        "the flood is rate-limited in the log"
+    );
+    assert!(log.len() < 5_000_000, "log grew to {} bytes", log.len());
+}
