@@ -241,10 +241,18 @@ async fn a_paused_leader_does_not_lead_on_waking(backend: Backend) {
         );
         tokio::time::sleep(Duration::from_millis(3)).await;
     }
-    assert_eq!(
-        agreed_leader(&sampler.sample(&all)),
-        Some((new_leader, new_term))
-    );
+    let after = agreed_leader(&sampler.sample(&all)).expect("one agreed leader after the wake");
+    if backend == Backend::Sqlite {
+        // A frozen SQLite process can hold up the other writers until it thaws, so the
+        // new leader may have had to start another term; it must not be the woken node.
+        assert!(after.0 != leader && after.1 >= new_term, "{after:?}");
+    } else {
+        assert_eq!(
+            after,
+            (new_leader, new_term),
+            "the woken node disturbed nobody"
+        );
+    }
     sampler.check_terms();
 }
 
