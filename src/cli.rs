@@ -59,9 +59,9 @@ enum Command {
     #[command(name = "hook-guard", hide = true)]
     HookGuard {
         daemon_pid: i32,
-        /// Read kill deadlines from stdin and enforce them.
+        /// Enforce this kill deadline (CLOCK_MONOTONIC ns) and newer ones read from stdin.
         #[arg(long)]
-        fence: bool,
+        fence_until: Option<u64>,
         #[arg(last = true, required = true)]
         argv: Vec<String>,
     },
@@ -72,11 +72,11 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Command::HookGuard {
         daemon_pid,
-        fence,
+        fence_until,
         argv,
     } = &cli.command
     {
-        return hooks::guard::run(*daemon_pid, *fence, argv);
+        return hooks::guard::run(*daemon_pid, *fence_until, argv);
     }
     let id = match &cli.command {
         Command::Run { id } => id.as_deref(),

@@ -189,7 +189,7 @@ async fn round<S: LeaseStore>(
             };
             return Ok((outcome, sent.elapsed()));
         }
-        Hold::Lapsed { term } => {
+        Hold::Lapsed { term } if may_claim => {
             let reacquired = store
                 .reacquire(name, me, ttl, term)
                 .await
@@ -207,7 +207,7 @@ async fn round<S: LeaseStore>(
                 ));
             }
         }
-        Hold::None => {}
+        Hold::Lapsed { .. } | Hold::None => {}
     }
     let row = store.get(name).await?;
     let round_trip = sent.elapsed();
@@ -255,6 +255,7 @@ pub struct Election<S> {
     machine: Machine,
     /// Requests to give up leadership (see [`Election::resign_handle`]).
     resign: Option<mpsc::Receiver<()>>,
+    claims: ClaimGate,
 }
 
 /// Asks a running election to give up leadership: it stops acting as leader, releases the
@@ -266,6 +267,21 @@ impl ResignHandle {
     pub fn resign(&self) {
         // One pending request is enough.
         let _ = self.0.try_send(());
+    }
+}
+
+/// Closes an election to new claims (a stopping node must not take the lease while its
+/// hooks step down). Renewals of a lease it holds go on.
+#[derive(Debug, Clone, Default)]
+pub struct ClaimGate(Arc<std::sync::atomic::AtomicBool>);
+
+impl ClaimGate {
+    pub fn close(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn is_closed(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -323,9 +339,15 @@ impl<S: LeaseStore> Election<S> {
                 store,
                 machine,
                 resign: None,
+                claims: ClaimGate::default(),
             },
             receiver,
         )
+    }
+
+    /// A handle that stops this election from taking a lease it does not hold.
+    pub fn claim_gate(&self) -> ClaimGate {
+        self.claims.clone()
     }
 
     pub fn resign_handle(&mut self) -> ResignHandle {
@@ -349,6 +371,7 @@ impl<S: LeaseStore> Election<S> {
             mut store,
             mut machine,
             mut resign,
+            claims,
         } = self;
         tokio::pin!(shutdown);
         let mut next_round = Instant::now();
@@ -381,7 +404,8 @@ impl<S: LeaseStore> Election<S> {
             }
             let started = Instant::now();
             let hold = machine.hold;
-            let may_claim = machine.no_claim_until.is_none_or(|until| started >= until);
+            let may_claim =
+                !claims.is_closed() && machine.no_claim_until.is_none_or(|until| started >= until);
             let attempt = round(&mut store, &settings, hold, may_claim);
             tokio::pin!(attempt);
             let result = loop {
@@ -633,6 +657,21 @@ impl Machine {
                 "role is now {}", role.as_str()
             );
         }
+        let since = if previous.role != role || (role == Role::Leader && previous.term != term) {
+            now_wall
+        } else {
+            previous.since
+        };
+        self.status.send_replace(Status {
+            role,
+            leader: leader.clone(),
+            term,
+            since,
+            updated_at: now_wall,
+            valid_until,
+            lease_deadline,
+        });
+        // After the status: whoever handles an event finds the status it describes.
         if let Some(events) = &self.events {
             let was_leading = previous.role == Role::Leader;
             let leading = role == Role::Leader;
@@ -657,20 +696,6 @@ impl Machine {
                 });
             }
         }
-        let since = if previous.role != role || (role == Role::Leader && previous.term != term) {
-            now_wall
-        } else {
-            previous.since
-        };
-        self.status.send_replace(Status {
-            role,
-            leader,
-            term,
-            since,
-            updated_at: now_wall,
-            valid_until,
-            lease_deadline,
-        });
     }
 }
 

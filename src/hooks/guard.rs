@@ -6,10 +6,14 @@
 //! the guard SIGUSR1 (PR_SET_PDEATHSIG) and the guard kills the whole group, grandchildren
 //! included, so no leader-only work outlives the daemon whose lease it ran under.
 //!
-//! For leader-scoped hooks (`--fence`) the guard also enforces the lease on its own: leaderd
-//! writes each new kill deadline (CLOCK_MONOTONIC nanoseconds, one per line) to the guard's
-//! stdin, and the guard kills the group when a deadline passes without a newer one, or
-//! when the pipe closes. That holds even while leaderd itself is frozen (SIGSTOP, a paused
+//! For leader-scoped hooks (`--fence-until=NS`) the guard also enforces the lease on its
+//! own: it starts nothing once NS (CLOCK_MONOTONIC nanoseconds) has passed, leaderd writes
+//! each newer kill deadline to the guard's stdin (one per line), and the guard kills the
+//! group when the latest deadline passes, or when the pipe closes.
+//!
+//! PR_SET_PDEATHSIG fires when the *thread* that started the guard ends, not only the
+//! process. leaderd starts hooks from tokio worker threads, which live as long as the
+//! daemon's runtime; the stdin pipe closing covers the process dying in any case. That holds even while leaderd itself is frozen (SIGSTOP, a paused
 //! VM), when its own timers cannot fire.
 
 use nix::sys::signal::{Signal, killpg};
@@ -20,7 +24,7 @@ use std::process::ExitCode;
 
 pub const SUBCOMMAND: &str = "hook-guard";
 
-pub fn run(daemon_pid: i32, fence: bool, argv: &[String]) -> ExitCode {
+pub fn run(daemon_pid: i32, fence_until: Option<u64>, argv: &[String]) -> ExitCode {
     let group = getpgrp();
     if let Err(error) = nix::sys::prctl::set_pdeathsig(Signal::SIGUSR1) {
         eprintln!("leaderd hook-guard: cannot watch the daemon: {error}");
@@ -53,8 +57,12 @@ pub fn run(daemon_pid: i32, fence: bool, argv: &[String]) -> ExitCode {
         eprintln!("leaderd hook-guard: nothing to run");
         return ExitCode::from(126);
     };
-    if fence {
-        watch_fence(group);
+    if let Some(first) = fence_until {
+        if monotonic_ns() >= first {
+            eprintln!("leaderd hook-guard: the lease ended before the hook could start");
+            return ExitCode::from(125);
+        }
+        watch_fence(group, first);
     }
     let mut child = match std::process::Command::new(program)
         .args(args)
@@ -70,7 +78,11 @@ pub fn run(daemon_pid: i32, fence: bool, argv: &[String]) -> ExitCode {
     match child.wait() {
         Ok(status) => match (status.code(), status.signal()) {
             (Some(code), _) => ExitCode::from(code as u8),
-            (None, Some(signal)) => ExitCode::from(128 + signal as u8),
+            (None, Some(signal)) => {
+                // Die the same way, so leaderd sees the signal and not a made-up code.
+                let _ = signal_hook::low_level::emulate_default_handler(signal);
+                ExitCode::from(128 + signal as u8)
+            }
             _ => ExitCode::FAILURE,
         },
         Err(_) => ExitCode::FAILURE,
@@ -78,11 +90,11 @@ pub fn run(daemon_pid: i32, fence: bool, argv: &[String]) -> ExitCode {
 }
 
 /// Kills the group when the latest deadline read from stdin passes, or stdin closes.
-fn watch_fence(group: nix::unistd::Pid) {
+fn watch_fence(group: nix::unistd::Pid, first: u64) {
     use std::io::BufRead;
     use std::sync::{Arc, Condvar, Mutex};
-    // None until the first deadline arrives; leaderd sends it right after the start.
-    let deadline: Arc<(Mutex<Option<u64>>, Condvar)> = Arc::default();
+    let deadline: Arc<(Mutex<Option<u64>>, Condvar)> =
+        Arc::new((Mutex::new(Some(first)), Condvar::new()));
     let reader = Arc::clone(&deadline);
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {

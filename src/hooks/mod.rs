@@ -45,10 +45,24 @@ impl HookContext {
         (self.ttl.saturating_sub(self.interval) / 4).min(Duration::from_millis(20))
     }
 
-    /// How long before the SIGKILL a fenced process gets SIGTERM: half the renew window,
-    /// so a renewal that is merely a little slow does not stop the leader's work.
+    /// How long before the SIGKILL a fenced process gets SIGTERM: a quarter of the renew
+    /// window (50 ms with the defaults). It fires only once a renewal is late by more than
+    /// the round trip leaderd already warns about (half the window), so a database that is
+    /// merely slow does not stop the leader's work.
     fn term_lead(&self) -> Duration {
-        (self.ttl.saturating_sub(self.interval) / 2).saturating_sub(self.kill_lead())
+        self.ttl.saturating_sub(self.interval) / 4
+    }
+
+    /// The instant a run leader-scoped in `term` must be dead by, per `status`: now, unless
+    /// this node leads in that very term.
+    fn fence(&self, term: i64, status: &Status) -> Instant {
+        let now = Instant::now();
+        match status.lease_deadline {
+            Some(deadline) if status.role == Role::Leader && status.term == Some(term) => {
+                deadline.checked_sub(self.kill_lead()).unwrap_or(now)
+            }
+            _ => now,
+        }
     }
 }
 
@@ -83,19 +97,39 @@ struct RunSpec {
     argv: Vec<String>,
     env: Vec<(String, String)>,
     timeout: Option<Duration>,
-    /// Leader-scoped: stopped with the lease (see the module comment).
-    fenced: bool,
+    /// Leader-scoped in this term: stopped with the lease (see the module comment).
+    fence_term: Option<i64>,
 }
 
-/// Runs one hook to its end, enforcing its timeout and, if fenced, the lease fence and
-/// explicit stop requests (`stop_by`: SIGTERM now, SIGKILL by that instant).
+/// Runs one hook to its end, enforcing its timeout, explicit stop requests (`stop_by`:
+/// SIGTERM now, SIGKILL by that instant) and, if leader-scoped, the lease fence.
 async fn run(
     spec: RunSpec,
     context: HookContext,
     mut lease: watch::Receiver<Status>,
     mut stop_by: watch::Receiver<Option<Instant>>,
 ) -> RunOutcome {
-    let mut process = match HookProcess::spawn(spec.hook, &spec.argv, &spec.env, spec.fenced) {
+    let not_run = RunOutcome {
+        status: None,
+        stopped: true,
+    };
+    // Leader work starts only with lease left to do it in (a tick or restart that fires
+    // as a frozen process wakes must not fork anything).
+    let first_fence = spec
+        .fence_term
+        .map(|term| context.fence(term, &lease.borrow_and_update()));
+    if first_fence.is_some_and(|kill| {
+        kill.checked_sub(context.term_lead())
+            .is_none_or(|t| t <= Instant::now())
+    }) {
+        info!(
+            hook = spec.hook,
+            term = spec.fence_term,
+            "not started: no lease left in its term"
+        );
+        return not_run;
+    }
+    let mut process = match HookProcess::spawn(spec.hook, &spec.argv, &spec.env, first_fence) {
         Ok(process) => process,
         Err(error) => {
             warn!(%error, "hook not run");
@@ -107,28 +141,20 @@ async fn run(
     };
     let timeout_at = spec.timeout.map(|t| process.started + t);
     let (mut term_sent, mut kill_sent) = (false, false);
-    let mut fence_sent = None;
+    let (mut lease_open, mut stop_open) = (spec.fence_term.is_some(), true);
+    let mut fence_sent = first_fence;
     let status = loop {
         let now = Instant::now();
-        // The fence: nothing leader-scoped may run at or past the lease deadline.
-        let (fence_term, fence_kill, stop) = if spec.fenced {
-            let status = lease.borrow_and_update();
-            let kill = match status.lease_deadline {
-                Some(deadline) if status.role == Role::Leader => {
-                    deadline.checked_sub(context.kill_lead()).unwrap_or(now)
-                }
-                _ => now,
-            };
-            let term = kill.checked_sub(context.term_lead()).unwrap_or(now);
-            (Some(term), Some(kill), *stop_by.borrow_and_update())
-        } else {
-            (None, None, None)
-        };
+        let fence_kill = spec
+            .fence_term
+            .map(|term| context.fence(term, &lease.borrow_and_update()));
         if let Some(kill) = fence_kill.filter(|k| Some(*k) != fence_sent) {
             // The guard enforces it too, in case this process is frozen.
             process.send_fence(kill).await;
             fence_sent = Some(kill);
         }
+        let fence_term = fence_kill.map(|k| k.checked_sub(context.term_lead()).unwrap_or(now));
+        let stop = *stop_by.borrow_and_update();
         let term_at = [timeout_at, fence_term, stop.map(|_| now)]
             .into_iter()
             .flatten()
@@ -149,11 +175,11 @@ async fn run(
                 process.signal(Signal::SIGTERM);
                 term_sent = true;
             }
-            _ = lease.changed(), if spec.fenced => {}
-            _ = stop_by.changed(), if spec.fenced => {}
+            changed = lease.changed(), if lease_open => lease_open = changed.is_ok(),
+            changed = stop_by.changed(), if stop_open => stop_open = changed.is_ok(),
         }
     };
-    if spec.fenced {
+    if spec.fence_term.is_some() {
         // Whatever the main process left behind in its group goes with it.
         process.signal(Signal::SIGKILL);
     }
@@ -215,7 +241,8 @@ impl Hooks {
         };
         let (done, finished) = oneshot::channel();
         if request.send(done).is_ok() {
-            let bound = self.shutdown_timeout + Duration::from_millis(500);
+            // A hook past its timeout gets KILL_GRACE more before SIGKILL.
+            let bound = self.shutdown_timeout + KILL_GRACE + Duration::from_millis(500);
             if tokio::time::timeout(bound, finished).await.is_err() {
                 warn!("hooks did not finish stepping down within hooks.shutdown_timeout");
             }
@@ -235,6 +262,8 @@ struct EventJob {
     env: Vec<(String, String)>,
     /// on_elected of this term: leader-scoped, and followed by the leader_command.
     elected_term: Option<i64>,
+    /// on_demoted of this term: waits until that term's leader work is gone.
+    demoted_term: Option<i64>,
 }
 
 struct Supervisor {
@@ -254,8 +283,12 @@ struct Supervisor {
     event_run: Option<JoinHandle<RunOutcome>>,
     event_run_term: Option<i64>,
     while_run: Option<JoinHandle<RunOutcome>>,
+    while_term: Option<i64>,
     next_while: Instant,
     command_run: Option<JoinHandle<RunOutcome>>,
+    command_term: Option<i64>,
+    /// When stepping down for shutdown must be over.
+    step_down_deadline: Option<Instant>,
     command_restart_at: Option<Instant>,
     /// Stepping down for shutdown: no new leader work, events ignored.
     stopping: bool,
@@ -293,8 +326,11 @@ impl Supervisor {
             event_run: None,
             event_run_term: None,
             while_run: None,
+            while_term: None,
             next_while: Instant::now(),
             command_run: None,
+            command_term: None,
+            step_down_deadline: None,
             command_restart_at: None,
             stopping: false,
         }
@@ -327,30 +363,46 @@ impl Supervisor {
         hook: &'static str,
         command: &HookCommand,
         env: Vec<(String, String)>,
-        fenced: bool,
+        fence_term: Option<i64>,
     ) -> JoinHandle<RunOutcome> {
         let mut env = env;
         env.extend(command.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut timeout = command.timeout;
+        if let Some(deadline) = self.step_down_deadline {
+            // on_demoted at shutdown gets what is left of hooks.shutdown_timeout.
+            timeout = timeout.min(deadline.saturating_duration_since(Instant::now()));
+        }
         let spec = RunSpec {
             hook,
             argv: command.argv.clone(),
             env,
-            timeout: Some(command.timeout),
-            fenced,
+            timeout: Some(timeout),
+            fence_term,
         };
         tokio::spawn(run(
             spec,
             self.context.clone(),
             self.status.clone(),
-            self.stop_by.subscribe(),
+            self.stop_receiver(),
         ))
+    }
+
+    /// Runs started before a shutdown step-down are stopped by it; those started after
+    /// (on_demoted) are not.
+    fn stop_receiver(&self) -> watch::Receiver<Option<Instant>> {
+        if self.stopping {
+            watch::channel(None).1
+        } else {
+            self.stop_by.subscribe()
+        }
     }
 
     fn start_leader_command(&mut self) {
         let Some(command) = &self.config.leader_command else {
             return;
         };
-        if self.leading.is_none() || self.stopping || self.command_run.is_some() {
+        let Some(term) = self.leading else { return };
+        if self.stopping || self.command_run.is_some() {
             return;
         }
         let mut env = self.env("leader_command", Role::Leader);
@@ -360,14 +412,15 @@ impl Supervisor {
             argv: command.argv.clone(),
             env,
             timeout: None,
-            fenced: true,
+            fence_term: Some(term),
         };
-        info!(term = self.term, "starting leader_command");
+        info!(term, "starting leader_command");
+        self.command_term = Some(term);
         self.command_run = Some(tokio::spawn(run(
             spec,
             self.context.clone(),
             self.status.clone(),
-            self.stop_by.subscribe(),
+            self.stop_receiver(),
         )));
     }
 
@@ -386,6 +439,7 @@ impl Supervisor {
                             command,
                             env,
                             elected_term: Some(term),
+                            demoted_term: None,
                         });
                     }
                     None => self.start_leader_command(),
@@ -406,6 +460,7 @@ impl Supervisor {
                         command,
                         env,
                         elected_term: None,
+                        demoted_term: Some(term),
                     });
                 }
             }
@@ -425,31 +480,37 @@ impl Supervisor {
                         command,
                         env,
                         elected_term: None,
+                        demoted_term: None,
                     });
                 }
             }
         }
     }
 
-    /// Leader-scoped processes still running (an event hook's demotion waits for them).
-    fn leader_work_running(&self) -> bool {
-        self.command_run.is_some()
-            || self.while_run.is_some()
-            || (self.event_run.is_some() && self.event_run_term.is_some())
+    /// Whether leader-scoped processes of `term` or earlier are still running.
+    fn leader_work_running(&self, term: i64) -> bool {
+        let of = |run: bool, run_term: Option<i64>| run && run_term.is_some_and(|t| t <= term);
+        of(self.command_run.is_some(), self.command_term)
+            || of(self.while_run.is_some(), self.while_term)
+            || of(self.event_run.is_some(), self.event_run_term)
     }
 
     fn start_next_event_hook(&mut self) {
         if self.event_run.is_some() {
             return;
         }
-        // on_demoted (and whatever follows) waits until the leader's work is gone.
-        let waits_for_leader_work = self.leading.is_none() && self.leader_work_running();
-        if waits_for_leader_work {
+        // on_demoted of a term (and whatever follows it) waits until that term's leader
+        // work is gone.
+        let front = self.queue.front();
+        if front
+            .and_then(|job| job.demoted_term)
+            .is_some_and(|t| self.leader_work_running(t))
+        {
             return;
         }
         if let Some(job) = self.queue.pop_front() {
-            let fenced = job.elected_term.is_some();
-            self.event_run = Some(self.start(job.hook, &job.command, job.env, fenced));
+            let handle = self.start(job.hook, &job.command, job.env, job.elected_term);
+            self.event_run = Some(handle);
             self.event_run_term = job.elected_term;
         }
     }
@@ -489,11 +550,15 @@ impl Supervisor {
                         info!("while_leader is still running; skipping this tick");
                     } else if let Some(command) = self.config.while_leader.clone() {
                         let env = self.env("while_leader", Role::Leader);
-                        self.while_run = Some(self.start("while_leader", &command, env, true));
+                        self.while_run = Some(self.start("while_leader", &command, env, self.leading));
+                        self.while_term = self.leading;
                     }
                 }
                 _ = join_opt(&mut self.while_run) => {}
-                outcome = join_opt(&mut self.command_run) => self.leader_command_ended(outcome),
+                outcome = join_opt(&mut self.command_run) => {
+                    let term = self.command_term.take();
+                    self.leader_command_ended(outcome, term);
+                }
                 _ = sleep_until(self.command_restart_at.unwrap_or_else(Instant::now)), if self.command_restart_at.is_some() => {
                     self.command_restart_at = None;
                     self.start_leader_command();
@@ -501,7 +566,9 @@ impl Supervisor {
             }
             if let Some(done) = step_down_done.take() {
                 self.start_next_event_hook();
-                if self.leader_work_running() || self.event_run.is_some() || !self.queue.is_empty()
+                if self.leader_work_running(i64::MAX)
+                    || self.event_run.is_some()
+                    || !self.queue.is_empty()
                 {
                     step_down_done = Some(done);
                 } else {
@@ -511,12 +578,17 @@ impl Supervisor {
         }
     }
 
-    fn leader_command_ended(&mut self, outcome: Option<RunOutcome>) {
+    fn leader_command_ended(&mut self, outcome: Option<RunOutcome>, term: Option<i64>) {
         let Some(command) = self.config.leader_command.clone() else {
             return;
         };
         let Some(outcome) = outcome else { return };
         if self.leading.is_none() || self.stopping {
+            return;
+        }
+        if self.leading != term {
+            // That was an earlier term's; this term's starts now.
+            self.start_leader_command();
             return;
         }
         if !outcome.stopped && command.step_down_on_exit {
@@ -541,14 +613,16 @@ impl Supervisor {
 
     /// Shutdown: stop leader work gracefully, then run on_demoted if this node led.
     fn begin_step_down(&mut self) {
-        self.stopping = true;
+        self.step_down_deadline = Some(Instant::now() + self.config.shutdown_timeout);
         let grace = self
             .config
             .leader_command
             .as_ref()
             .map_or(Duration::ZERO, |c| c.stop_timeout)
             .min(self.config.shutdown_timeout);
+        // Every hook running now is stopped, leader work and event hooks alike.
         self.stop_by.send_replace(Some(Instant::now() + grace));
+        self.stopping = true;
         self.command_restart_at = None;
         self.queue.clear();
         if let Some(term) = self.leading.take() {
@@ -560,6 +634,7 @@ impl Supervisor {
                     command,
                     env,
                     elected_term: None,
+                    demoted_term: Some(term),
                 });
             }
         }

@@ -15,8 +15,8 @@ use super::guard;
 
 /// Longer lines are cut; a hook cannot make leaderd buffer without bound.
 const MAX_LINE: usize = 8 * 1024;
-/// Lines per second and stream forwarded to the log; the rest are counted and dropped, so a
-/// flooding hook costs little CPU.
+/// Lines per second and stream forwarded to the log. Past that, leaderd stops reading until
+/// the second is over: the hook blocks on its full pipe instead of costing leaderd CPU.
 const MAX_LINES_PER_SECOND: u32 = 200;
 
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +41,7 @@ impl HookProcess {
         hook: &'static str,
         argv: &[String],
         env: &[(String, String)],
-        fenced: bool,
+        fence: Option<Instant>,
     ) -> Result<HookProcess, SpawnError> {
         let error = |source| SpawnError {
             hook,
@@ -53,11 +53,11 @@ impl HookProcess {
         command
             .arg(guard::SUBCOMMAND)
             .arg(std::process::id().to_string())
-            .args(fenced.then_some("--fence"))
+            .args(fence.map(|kill| format!("--fence-until={}", monotonic_at(kill))))
             .arg("--")
             .args(argv)
             .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdin(if fenced {
+            .stdin(if fence.is_some() {
                 Stdio::piped()
             } else {
                 Stdio::null()
@@ -90,8 +90,7 @@ impl HookProcess {
         let Some(fence) = self.fence.as_mut() else {
             return;
         };
-        let ahead = kill_at.saturating_duration_since(Instant::now());
-        let line = format!("{}\n", guard::monotonic_ns() + ahead.as_nanos() as u64);
+        let line = format!("{}\n", monotonic_at(kill_at));
         // A guard that stopped reading has exited along with its hook.
         if fence.write_all(line.as_bytes()).await.is_err() {
             self.fence = None;
@@ -114,30 +113,45 @@ impl HookProcess {
     }
 }
 
+/// A tokio instant as CLOCK_MONOTONIC nanoseconds, the clock the guard reads.
+fn monotonic_at(instant: Instant) -> u64 {
+    let ahead = instant.saturating_duration_since(Instant::now());
+    guard::monotonic_ns() + ahead.as_nanos() as u64
+}
+
 async fn forward(hook: &'static str, stream: &'static str, output: impl AsyncRead + Unpin) {
     let mut lines = FramedRead::new(output, LinesCodec::new_with_max_length(MAX_LINE));
     let mut window = Instant::now();
-    let (mut logged, mut dropped) = (0u32, 0u64);
+    let (mut logged, mut throttled) = (0u32, false);
     while let Some(line) = lines.next().await {
         if window.elapsed() >= Duration::from_secs(1) {
-            if dropped > 0 {
-                warn!(hook, stream, dropped, "hook output too fast; lines dropped");
-            }
             window = Instant::now();
-            (logged, dropped) = (0, 0);
+            logged = 0;
         }
         match line {
-            Ok(line) if logged < MAX_LINES_PER_SECOND => {
-                logged += 1;
-                info!(hook, stream, "{line}");
-            }
-            Ok(_) => dropped += 1,
+            Ok(line) => info!(hook, stream, "{line}"),
             // An over-long line: the codec skips to the next newline.
-            Err(tokio_util::codec::LinesCodecError::MaxLineLengthExceeded) => dropped += 1,
+            Err(tokio_util::codec::LinesCodecError::MaxLineLengthExceeded) => {
+                warn!(
+                    hook,
+                    stream,
+                    max = MAX_LINE,
+                    "hook output line too long; skipped"
+                )
+            }
             Err(_) => break,
         }
-    }
-    if dropped > 0 {
-        warn!(hook, stream, dropped, "hook output too fast; lines dropped");
+        logged += 1;
+        if logged >= MAX_LINES_PER_SECOND {
+            if !throttled {
+                warn!(
+                    hook,
+                    stream,
+                    "hook output too fast; throttled to {MAX_LINES_PER_SECOND} lines a second"
+                );
+                throttled = true;
+            }
+            tokio::time::sleep_until(window + Duration::from_secs(1)).await;
+        }
     }
 }
