@@ -485,3 +485,87 @@ async fn a_steady_round_costs_one_operation_for_leader_and_follower() {
     assert!((10..=11).contains(&rounds.0), "leader: {rounds:?}");
     assert!((10..=11).contains(&rounds.1), "follower: {rounds:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn role_changes_are_reported_as_events_in_order() {
+    let table = MemoryStore::new();
+    let settings = ElectionSettings {
+        name: ELECTION.to_owned(),
+        node_id: "a".to_owned(),
+        ttl: TTL,
+        interval: INTERVAL,
+    };
+    let store = table.handle();
+    let (mut election, status) = Election::new(settings, store.clone());
+    let mut events = election.events();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(election.run(async move {
+        let _ = stopped.await;
+    }));
+    let first = events.recv().await.unwrap();
+    assert_eq!(
+        first,
+        RoleEvent::LeaderChanged {
+            previous: None,
+            current: Some("a".into()),
+            term: Some(1)
+        }
+    );
+    assert_eq!(events.recv().await.unwrap(), RoleEvent::Elected { term: 1 });
+
+    store.set_faults(Faults {
+        fail: true,
+        ..Faults::default()
+    });
+    assert_eq!(events.recv().await.unwrap(), RoleEvent::Demoted { term: 1 });
+    assert_eq!(
+        events.recv().await.unwrap(),
+        RoleEvent::LeaderChanged {
+            previous: Some("a".into()),
+            current: None,
+            term: Some(1)
+        }
+    );
+    assert_eq!(status.borrow().role, Role::Unknown);
+    let _ = stop.send(());
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_closed_claim_gate_takes_no_lease_but_keeps_the_one_held() {
+    let table = MemoryStore::new();
+    let settings = |id: &str| ElectionSettings {
+        name: ELECTION.to_owned(),
+        node_id: id.to_owned(),
+        ttl: TTL,
+        interval: INTERVAL,
+    };
+    let (leader, leader_status) = Election::new(settings("a"), table.handle());
+    let leader_gate = leader.claim_gate();
+    let (follower, follower_status) = Election::new(settings("b"), table.handle());
+    let follower_gate = follower.claim_gate();
+    let (stop_a, stopped_a) = oneshot::channel::<()>();
+    let a = tokio::spawn(leader.run(async move {
+        let _ = stopped_a.await;
+    }));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    tokio::spawn(follower.run(std::future::pending()));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(leader_status.borrow().role, Role::Leader);
+
+    // A stopping leader still renews; a stopping follower takes nothing.
+    leader_gate.close();
+    follower_gate.close();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(leader_status.borrow().term, Some(1));
+    assert_eq!(leader_status.borrow().role, Role::Leader);
+    let _ = stop_a.send(());
+    a.await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(follower_status.borrow().role, Role::Follower);
+    assert_eq!(
+        table.row(ELECTION).unwrap().holder,
+        None,
+        "released and not taken"
+    );
+}
