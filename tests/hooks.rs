@@ -83,35 +83,46 @@ struct Record {
     rest: String,
 }
 
-fn records(dir: &Path) -> Vec<Record> {
-    let mut all = Vec::new();
+/// Every line of the files in `dir` whose names start with `prefix`.
+fn lines_of(dir: &Path, prefix: &str) -> Vec<String> {
+    let mut lines = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
-        if !path
+        if path
             .file_name()
             .unwrap()
             .to_str()
             .unwrap()
-            .starts_with("events.")
+            .starts_with(prefix)
         {
+            lines.extend(
+                std::fs::read_to_string(&path)
+                    .unwrap()
+                    .lines()
+                    .map(str::to_owned),
+            );
+        }
+    }
+    lines
+}
+
+fn records(dir: &Path) -> Vec<Record> {
+    let mut all = Vec::new();
+    for line in lines_of(dir, "events.") {
+        let mut parts = line.splitn(5, ' ');
+        let mut next = || parts.next().unwrap_or_default().to_owned();
+        let (node, event, term, at, rest) = (next(), next(), next(), next(), next());
+        // A script killed mid-record (its `date` died first) leaves a torn line.
+        let (Ok(term), Ok(at)) = (term.parse(), at.parse()) else {
             continue;
-        }
-        for line in std::fs::read_to_string(&path).unwrap().lines() {
-            let mut parts = line.splitn(5, ' ');
-            let mut next = || parts.next().unwrap_or_default().to_owned();
-            let (node, event, term, at, rest) = (next(), next(), next(), next(), next());
-            // A script killed mid-record (its `date` died first) leaves a torn line.
-            let (Ok(term), Ok(at)) = (term.parse(), at.parse()) else {
-                continue;
-            };
-            all.push(Record {
-                node,
-                event,
-                term,
-                at,
-                rest,
-            });
-        }
+        };
+        all.push(Record {
+            node,
+            event,
+            term,
+            at,
+            rest,
+        });
     }
     all.sort_by_key(|r| r.at);
     all
@@ -128,39 +139,27 @@ struct Run {
 
 fn runs(dir: &Path) -> Vec<Run> {
     let mut by_run: BTreeMap<(String, i64), Run> = BTreeMap::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if !path
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .starts_with("beats.")
-        {
-            continue;
-        }
-        for line in std::fs::read_to_string(&path).unwrap().lines() {
-            let parts: Vec<&str> = line.split(' ').collect();
-            let (Some(node), Some(Ok(term)), Some(Ok(at))) = (
-                parts.first().map(|n| n.to_string()),
-                parts.get(1).map(|t| t.parse::<i64>()),
-                parts.get(2).map(|a| a.parse::<u128>()),
-            ) else {
-                continue; // torn by a kill
-            };
-            by_run
-                .entry((node.clone(), term))
-                .and_modify(|r| {
-                    r.first = r.first.min(at);
-                    r.last = r.last.max(at);
-                })
-                .or_insert(Run {
-                    node,
-                    term,
-                    first: at,
-                    last: at,
-                });
-        }
+    for line in lines_of(dir, "beats.") {
+        let parts: Vec<&str> = line.split(' ').collect();
+        let (Some(node), Some(Ok(term)), Some(Ok(at))) = (
+            parts.first().map(|n| n.to_string()),
+            parts.get(1).map(|t| t.parse::<i64>()),
+            parts.get(2).map(|a| a.parse::<u128>()),
+        ) else {
+            continue; // torn by a kill
+        };
+        by_run
+            .entry((node.clone(), term))
+            .and_modify(|r| {
+                r.first = r.first.min(at);
+                r.last = r.last.max(at);
+            })
+            .or_insert(Run {
+                node,
+                term,
+                first: at,
+                last: at,
+            });
     }
     let mut runs: Vec<Run> = by_run.into_values().collect();
     runs.sort_by_key(|r| r.first);

@@ -452,17 +452,7 @@ impl Supervisor {
                 self.queue.retain(|job| job.elected_term.is_none());
                 // Running ones are stopped by their fence (the status no longer says
                 // leader); on_demoted waits for them below.
-                if let Some(command) = self.config.on_demoted.clone() {
-                    let mut env = self.env("demoted", Role::Unknown);
-                    set(&mut env, "LEADERD_TERM", term.to_string());
-                    self.queue.push_back(EventJob {
-                        hook: "on_demoted",
-                        command,
-                        env,
-                        elected_term: None,
-                        demoted_term: Some(term),
-                    });
-                }
+                self.queue_on_demoted(term);
             }
             RoleEvent::LeaderChanged {
                 previous,
@@ -611,6 +601,20 @@ impl Supervisor {
         }
     }
 
+    fn queue_on_demoted(&mut self, term: i64) {
+        if let Some(command) = self.config.on_demoted.clone() {
+            let mut env = self.env("demoted", Role::Unknown);
+            set(&mut env, "LEADERD_TERM", term.to_string());
+            self.queue.push_back(EventJob {
+                hook: "on_demoted",
+                command,
+                env,
+                elected_term: None,
+                demoted_term: Some(term),
+            });
+        }
+    }
+
     /// Shutdown: stop leader work gracefully, then run on_demoted if this node led.
     fn begin_step_down(&mut self) {
         self.step_down_deadline = Some(Instant::now() + self.config.shutdown_timeout);
@@ -626,17 +630,7 @@ impl Supervisor {
         self.command_restart_at = None;
         self.queue.clear();
         if let Some(term) = self.leading.take() {
-            if let Some(command) = self.config.on_demoted.clone() {
-                let mut env = self.env("demoted", Role::Unknown);
-                set(&mut env, "LEADERD_TERM", term.to_string());
-                self.queue.push_back(EventJob {
-                    hook: "on_demoted",
-                    command,
-                    env,
-                    elected_term: None,
-                    demoted_term: Some(term),
-                });
-            }
+            self.queue_on_demoted(term);
         }
     }
 }
