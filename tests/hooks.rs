@@ -208,6 +208,7 @@ async fn failovers_keep_leader_commands_apart(backend: Backend) {
 on_elected = ["RECORD", "elected"]
 on_demoted = ["RECORD", "demoted"]
 on_leader_change = ["RECORD", "leader_change"]
+while_leader = ["RECORD", "tick"]
 [hooks.leader_command]
 command = ["COMMAND"]
 stop_timeout = "2s"
@@ -330,6 +331,29 @@ stop_timeout = "2s"
             e.node
         );
     }
+    // No leader work started in a term that had already passed (a frozen node waking with
+    // its timers due must not fork anything): every tick and leader_command start of term
+    // T began before term T+1 was elected anywhere.
+    for work in records
+        .iter()
+        .filter(|r| r.event == "tick" || r.event == "start")
+    {
+        if let Some(next) = elected.iter().find(|e| e.term > work.term) {
+            assert!(
+                work.at < next.at,
+                "{} of term {} on {} started after term {} began: {work:?} {next:?}",
+                work.event,
+                work.term,
+                work.node,
+                next.term
+            );
+        }
+    }
+    assert!(
+        records.iter().any(|r| r.event == "tick"),
+        "while_leader ran"
+    );
+
     // on_demoted of a term ran only after that term's leader_command was gone (its last
     // beat), whether it stopped on SIGTERM or was killed.
     let runs = runs(&db.dir);
