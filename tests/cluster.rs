@@ -11,7 +11,8 @@ mod common;
 
 use common::proxy::{Mode, Proxy};
 use common::{
-    Backend, Node, NodeSettings, Sampler, StatusFile, TestDb, agreed_leader, wait_new_leader,
+    Backend, Node, NodeSettings, Sampler, StatusFile, TestDb, agreed_leader, wait_agreed,
+    wait_new_leader,
 };
 use nix::sys::signal::Signal;
 use std::time::{Duration, Instant, SystemTime};
@@ -22,16 +23,6 @@ fn start_nodes(db: &TestDb, settings: &NodeSettings, ids: &[&str]) -> Vec<Node> 
     ids.iter()
         .map(|id| Node::start(db, settings, id, &db.url))
         .collect()
-}
-
-/// Waits until every node has a status file and all agree on one leader and term.
-async fn wait_agreed(sampler: &mut Sampler, nodes: &[&Node]) -> (String, i64) {
-    let (statuses, _) = sampler
-        .until(nodes, SETTLE, "all nodes agree on one leader", |s| {
-            s.iter().all(Option::is_some) && agreed_leader(s).is_some()
-        })
-        .await;
-    agreed_leader(&statuses).unwrap()
 }
 
 fn by_id<'a>(nodes: &'a [Node], id: &str) -> &'a Node {

@@ -6,7 +6,7 @@ mod common;
 
 use common::proxy::{Mode, Proxy};
 use common::{
-    Backend, Node, NodeSettings, Sampler, StatusFile, TestDb, agreed_leader, wait_new_leader,
+    Backend, Node, NodeSettings, Sampler, StatusFile, TestDb, wait_agreed, wait_new_leader,
 };
 use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
@@ -228,12 +228,7 @@ stop_timeout = "2s"
         Fault::Term,
         Fault::Kill,
     ] {
-        let (statuses, _) = sampler
-            .until(&alive(&nodes), SETTLE, "one agreed leader", |s| {
-                s.iter().all(Option::is_some) && agreed_leader(s).is_some()
-            })
-            .await;
-        let (leader, term) = agreed_leader(&statuses).unwrap();
+        let (leader, term) = wait_agreed(&mut sampler, &alive(&nodes)).await;
         // Let the leader_command of this term run a little.
         sampler
             .watch(&alive(&nodes), Duration::from_millis(300))
@@ -278,12 +273,7 @@ stop_timeout = "2s"
             .await;
     }
     // The last term's on_elected, before everything stops (a stop drops queued hooks).
-    let (statuses, _) = sampler
-        .until(&alive(&nodes), SETTLE, "one agreed leader", |s| {
-            s.iter().all(Option::is_some) && agreed_leader(s).is_some()
-        })
-        .await;
-    let (_, last_term) = agreed_leader(&statuses).unwrap();
+    let (_, last_term) = wait_agreed(&mut sampler, &alive(&nodes)).await;
     sampler
         .until(&alive(&nodes), SETTLE, "the last term's on_elected", |_| {
             records(&db.dir)
@@ -543,12 +533,7 @@ echo "$LEADERD_NODE_ID end ${LEADERD_TERM} $(date +%s%N)" >> "$RECORD_DIR/events
         start(&db, &settings, "b", &db.url),
     ];
     let mut sampler = Sampler::new();
-    let (statuses, _) = sampler
-        .until(&alive(&nodes), SETTLE, "one agreed leader", |s| {
-            s.iter().all(Option::is_some) && agreed_leader(s).is_some()
-        })
-        .await;
-    let (leader, _) = agreed_leader(&statuses).unwrap();
+    let (leader, _) = wait_agreed(&mut sampler, &alive(&nodes)).await;
     sampler.watch(&alive(&nodes), Duration::from_secs(6)).await;
     let records = records(&db.dir);
     assert!(
@@ -602,12 +587,7 @@ step_down_on_exit = true
         start(&db, &settings, "b", &db.url),
     ];
     let mut sampler = Sampler::new();
-    let (statuses, _) = sampler
-        .until(&alive(&nodes), SETTLE, "one agreed leader", |s| {
-            s.iter().all(Option::is_some) && agreed_leader(s).is_some()
-        })
-        .await;
-    let (first, term) = agreed_leader(&statuses).unwrap();
+    let (first, term) = wait_agreed(&mut sampler, &alive(&nodes)).await;
     let (second, _) = wait_new_leader(&mut sampler, &alive(&nodes), term).await;
     assert_ne!(first, second, "the other node took over");
     sampler.check_terms();

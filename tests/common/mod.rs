@@ -469,6 +469,19 @@ impl Sampler {
     }
 }
 
+/// Waits until every node has a status file and all agree on one leader and term.
+pub async fn wait_agreed(sampler: &mut Sampler, nodes: &[&Node]) -> (String, i64) {
+    let (statuses, _) = sampler
+        .until(
+            nodes,
+            Duration::from_secs(15),
+            "all nodes agree on one leader",
+            |s| s.iter().all(Option::is_some) && agreed_leader(s).is_some(),
+        )
+        .await;
+    agreed_leader(&statuses).unwrap()
+}
+
 /// Waits until `nodes` agree on a leader in a term after `term`; returns it.
 pub async fn wait_new_leader(sampler: &mut Sampler, nodes: &[&Node], term: i64) -> (String, i64) {
     let (statuses, _) = sampler
