@@ -248,6 +248,24 @@ const STOP_WAIT_IN_FLIGHT: Duration = Duration::from_millis(400);
 /// How long a stopping node tries to release its row.
 const STOP_RELEASE: Duration = Duration::from_millis(500);
 
+/// Gives the row up if it is still ours in `term`, within STOP_RELEASE; a lease that
+/// cannot be released lapses by itself.
+async fn release<S: LeaseStore>(store: &mut S, settings: &ElectionSettings, term: i64) {
+    let released = tokio::time::timeout(
+        STOP_RELEASE,
+        store.release(&settings.name, &settings.node_id, term),
+    )
+    .await;
+    match released {
+        Ok(Ok(true)) => {
+            info!(election = %settings.name, node = %settings.node_id, term, "released the lease")
+        }
+        Ok(Ok(false)) => debug!(term, "nothing to release: the row is no longer ours"),
+        Ok(Err(error)) => warn!(%error, term, "could not release the lease; it lapses by itself"),
+        Err(_) => warn!(term, "releasing the lease timed out; it lapses by itself"),
+    }
+}
+
 /// One node's election loop.
 pub struct Election<S> {
     settings: Arc<ElectionSettings>,
@@ -389,12 +407,7 @@ impl<S: LeaseStore> Election<S> {
                         machine.stop_acting();
                         machine.hold = Hold::None;
                         info!(election = %settings.name, node = %settings.node_id, term, "resigning");
-                        if let Ok(Ok(true)) = tokio::time::timeout(
-                            STOP_RELEASE,
-                            store.release(&settings.name, &settings.node_id, term),
-                        ).await {
-                            info!(term, "released the lease");
-                        }
+                        release(&mut store, &settings, term).await;
                         machine.no_claim_until = Some(Instant::now() + settings.ttl);
                         next_round = Instant::now();
                     }
@@ -436,21 +449,7 @@ impl<S: LeaseStore> Election<S> {
             .status
             .send_modify(|status| status.valid_until = status.updated_at);
         if let Some(term) = held {
-            let released = tokio::time::timeout(
-                STOP_RELEASE,
-                store.release(&settings.name, &settings.node_id, term),
-            )
-            .await;
-            match released {
-                Ok(Ok(true)) => {
-                    info!(election = %settings.name, node = %settings.node_id, term, "released the lease")
-                }
-                Ok(Ok(false)) => debug!(term, "nothing to release: the row is no longer ours"),
-                Ok(Err(error)) => {
-                    warn!(%error, term, "could not release the lease; it lapses by itself")
-                }
-                Err(_) => warn!(term, "releasing the lease timed out; it lapses by itself"),
-            }
+            release(&mut store, &settings, term).await;
         }
     }
 }

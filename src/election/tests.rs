@@ -569,3 +569,39 @@ async fn a_closed_claim_gate_takes_no_lease_but_keeps_the_one_held() {
         "released and not taken"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_resigning_leader_releases_and_claims_nothing_for_one_ttl() {
+    let table = MemoryStore::new();
+    let settings = ElectionSettings {
+        name: ELECTION.to_owned(),
+        node_id: "a".to_owned(),
+        ttl: TTL,
+        interval: INTERVAL,
+    };
+    let (mut election, status) = Election::new(settings, table.handle());
+    let resign = election.resign_handle();
+    tokio::spawn(election.run(std::future::pending()));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(status.borrow().role, Role::Leader);
+
+    resign.resign();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        table.row(ELECTION).unwrap().holder,
+        None,
+        "released at once"
+    );
+    // Alone, it could take the free row back at its next round; it leaves it to others
+    // for a ttl first.
+    tokio::time::sleep(TTL - Duration::from_millis(20)).await;
+    assert_ne!(status.borrow().role, Role::Leader);
+    assert_eq!(table.row(ELECTION).unwrap().holder, None);
+    tokio::time::sleep(INTERVAL + Duration::from_millis(20)).await;
+    let now = status.borrow().clone();
+    assert_eq!(
+        (now.role, now.term),
+        (Role::Leader, Some(2)),
+        "then it leads again"
+    );
+}
