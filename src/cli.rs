@@ -11,6 +11,7 @@ use tracing::info;
 use crate::config::{Config, ConfigError};
 use crate::election::{Election, ElectionSettings};
 use crate::hooks::{self, HookContext, Hooks};
+use crate::lock::{LockError, LockOptions};
 use crate::logging::{self, LogFormat};
 use crate::store::{LeaseStore, SqlStore, StoreError, Timeouts};
 use crate::{signals, status_file};
@@ -19,6 +20,12 @@ use crate::{signals, status_file};
 pub const EXIT_CONFIG: u8 = 78;
 /// The database could not be reached or used (sysexits.h EX_UNAVAILABLE).
 pub const EXIT_UNAVAILABLE: u8 = 69;
+/// `lock`: someone else holds the lock (sysexits.h EX_TEMPFAIL: try again later).
+pub const EXIT_LOCK_HELD: u8 = 75;
+/// `lock`: the lock was lost while the command ran, and the command was stopped.
+pub const EXIT_LOCK_LOST: u8 = 76;
+/// `lock`: an invalid lock name (a usage error, as clap reports its own).
+pub const EXIT_USAGE: u8 = 2;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -53,13 +60,34 @@ enum Command {
     },
     /// Apply the database migrations and exit.
     Migrate,
+    /// Run COMMAND while holding the lock NAME, and exit with COMMAND's status.
+    ///
+    /// Exits 75 if another holder has the lock (after --wait, if given), 76 if the lock
+    /// was lost while COMMAND ran (COMMAND was stopped before the lease could lapse), 69
+    /// if the database cannot be used.
+    Lock {
+        /// The lease length; it is renewed every third of it.
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        ttl: std::time::Duration,
+        /// Wait up to this long for the lock instead of failing at once.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        wait: Option<std::time::Duration>,
+        /// Log at the configured level (default: warnings and errors only).
+        #[arg(long, short)]
+        verbose: bool,
+        /// The lock's name: a row of the election table, like an election's.
+        name: String,
+        /// The command and its arguments.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
     /// Validate the configuration and print it, secrets redacted.
     CheckConfig,
     /// Internal: runs one hook and kills its process group if leaderd dies.
     #[command(name = "hook-guard", hide = true)]
     HookGuard {
         daemon_pid: i32,
-        /// Enforce this kill deadline (CLOCK_MONOTONIC ns) and newer ones read from stdin.
+        /// Enforce this kill deadline (CLOCK_MONOTONIC ns) and newer ones read from descriptor 3.
         #[arg(long)]
         fence_until: Option<u64>,
         #[arg(last = true, required = true)]
@@ -89,7 +117,12 @@ pub fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    logging::init(cli.log_format, &config.log_level);
+    let level = match &cli.command {
+        // A cron job's mail should hold the job's output, not leaderd's.
+        Command::Lock { verbose: false, .. } => "warn",
+        _ => &config.log_level,
+    };
+    logging::init(cli.log_format, level);
     if let Command::CheckConfig = cli.command {
         print!("{}", config.to_toml_redacted());
         return ExitCode::SUCCESS;
@@ -100,17 +133,25 @@ pub fn main() -> ExitCode {
         .build()
         .expect("tokio runtime starts");
     let result = runtime.block_on(async {
+        let done = |result: anyhow::Result<()>| result.map(|()| ExitCode::SUCCESS);
         match cli.command {
-            Command::Run { .. } => run(config).await,
-            Command::Status { json } => status(config, json).await,
-            Command::Migrate => migrate(config).await,
+            Command::Run { .. } => done(run(config).await),
+            Command::Status { json } => done(status(config, json).await),
+            Command::Migrate => done(migrate(config).await),
+            Command::Lock {
+                ttl,
+                wait,
+                name,
+                command,
+                ..
+            } => lock(config, &name, ttl, wait, command).await,
             Command::CheckConfig | Command::HookGuard { .. } => unreachable!("handled above"),
         }
     });
     // Database work still finishing in the background must not hold up the exit.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(error) => {
             eprintln!("leaderd: {error:#}");
             if error.chain().any(|e| e.is::<StoreError>()) {
@@ -146,12 +187,12 @@ async fn run(config: Config) -> anyhow::Result<()> {
         interval = %humantime::format_duration(config.interval),
         "leaderd starting"
     );
-    let settings = ElectionSettings {
-        name: config.election.clone(),
-        node_id: config.node_id.clone(),
-        ttl: config.ttl,
-        interval: config.interval,
-    };
+    let settings = ElectionSettings::new(
+        &config.election,
+        &config.node_id,
+        config.ttl,
+        config.interval,
+    );
     let (mut election, statuses) = Election::new(settings, store(&config, config.migrate));
     let mut hooks = (!config.hooks.is_empty()).then(|| {
         let context = HookContext {
@@ -256,4 +297,84 @@ async fn migrate(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot migrate {}", config.database_url))?;
     println!("migrations applied to {}", config.database_url);
     Ok(())
+}
+
+async fn lock(
+    config: Config,
+    name: &str,
+    ttl: std::time::Duration,
+    wait: Option<std::time::Duration>,
+    argv: Vec<String>,
+) -> anyhow::Result<ExitCode> {
+    // Installed first: a signal while waiting ends the wait, and later ones reach COMMAND.
+    let mut signals = signals::forwarded_signals().context("cannot install signal handlers")?;
+    // Unique per invocation: two `leaderd lock` on one host are two holders.
+    let holder = format!("{}:{}", config.node_id, std::process::id());
+    let options = match LockOptions::new(name, ttl).and_then(|o| o.holder(&holder)) {
+        Ok(options) => options,
+        Err(error) => {
+            eprintln!("leaderd: {error}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
+    };
+    let renew_every = options.renewal_interval();
+    let acquired = tokio::select! {
+        acquired = options.acquire(store(&config, config.migrate), wait.unwrap_or_default()) => acquired,
+        Some(signal) = signals.recv() => {
+            eprintln!("leaderd: {signal} while waiting for lock {name:?}; not running the command");
+            return Ok(ExitCode::from(128 + signal as u8));
+        }
+    };
+    let guard = match acquired {
+        Ok(guard) => guard,
+        Err(error @ LockError::Held { .. }) => {
+            eprintln!("leaderd: {error}");
+            return Ok(ExitCode::from(EXIT_LOCK_HELD));
+        }
+        Err(error) => {
+            eprintln!("leaderd: {error}");
+            return Ok(ExitCode::from(EXIT_UNAVAILABLE));
+        }
+    };
+    info!(
+        lock = name,
+        holder,
+        term = guard.term(),
+        "lock taken; running the command"
+    );
+    let env = vec![
+        ("LEADERD_LOCK".to_owned(), name.to_owned()),
+        ("LEADERD_TERM".to_owned(), guard.term().to_string()),
+        ("LEADERD_HOLDER".to_owned(), holder.clone()),
+    ];
+    let context = HookContext {
+        election: name.to_owned(),
+        node_id: holder.clone(),
+        interval: renew_every,
+        ttl,
+    };
+    let term = guard.term();
+    let program = argv[0].clone();
+    let ran = hooks::run_leased(argv, env, context, term, guard.status(), signals).await;
+    let still_held = guard.is_held();
+    if let Err(error) = guard.release().await {
+        eprintln!("leaderd: could not release lock {name:?} ({error}); it lapses by itself");
+    }
+    use std::os::unix::process::ExitStatusExt;
+    match ran.status {
+        _ if ran.fenced || ran.status.is_none() && !still_held => {
+            eprintln!(
+                "leaderd: lost lock {name:?} (term {term}): the database did not take a renewal \
+                 in time, so the command was stopped before the lease could lapse and another \
+                 holder could start"
+            );
+            Ok(ExitCode::from(EXIT_LOCK_LOST))
+        }
+        Some(status) => Ok(ExitCode::from(match (status.code(), status.signal()) {
+            (Some(code), _) => code as u8,
+            (None, Some(signal)) => 128 + signal as u8,
+            _ => 1,
+        })),
+        None => anyhow::bail!("could not start {program:?}"),
+    }
 }

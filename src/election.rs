@@ -13,7 +13,7 @@ use serde::Serialize;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep_until};
 use tracing::{debug, info, warn};
 
@@ -28,8 +28,11 @@ pub struct ElectionSettings {
     pub node_id: String,
     /// Lease length each renewal asks for.
     pub ttl: Duration,
-    /// Time between renewals (leader) or polls (follower).
+    /// Time between renewals while holding the lease.
     pub interval: Duration,
+    /// Most time between reads while not holding it (a follower also reads at the moment
+    /// it expects the lease to lapse). At most `interval`.
+    pub poll: Duration,
 }
 
 /// See [`ElectionSettings::safety_margin`].
@@ -38,6 +41,17 @@ pub fn safety_margin(ttl: Duration) -> Duration {
 }
 
 impl ElectionSettings {
+    /// Settings that renew and poll once per `interval`.
+    pub fn new(name: &str, node_id: &str, ttl: Duration, interval: Duration) -> Self {
+        ElectionSettings {
+            name: name.to_owned(),
+            node_id: node_id.to_owned(),
+            ttl,
+            interval,
+            poll: interval,
+        }
+    }
+
     /// How much earlier than `sent + ttl` this node stops acting as leader. It covers the
     /// rate difference between this node's monotonic clock and the database clock (NTP
     /// slews by at most 500 ppm; this allows 2000 ppm) and SQLite's millisecond timestamps.
@@ -87,6 +101,13 @@ pub struct Status {
     pub valid_until: SystemTime,
     /// The monotonic lease deadline while leader, for in-process consumers.
     pub lease_deadline: Option<Instant>,
+    /// When the current leader's lease lapses unless renewed, as far as this node knows:
+    /// its own deadline while leader, else the remaining time the database reported at the
+    /// last read, counted from when the answer arrived.
+    pub leader_lease_until: Option<Instant>,
+    /// Why the last round failed, while the database keeps failing (`None` once it
+    /// answers).
+    pub error: Option<String>,
 }
 
 impl Status {
@@ -100,6 +121,8 @@ impl Status {
             updated_at: now,
             valid_until: now,
             lease_deadline: None,
+            leader_lease_until: None,
+            error: None,
         }
     }
 }
@@ -249,22 +272,33 @@ const STOP_WAIT_IN_FLIGHT: Duration = Duration::from_millis(400);
 const STOP_RELEASE: Duration = Duration::from_millis(500);
 
 /// Gives the row up if it is still ours in `term`, within STOP_RELEASE; a lease that
-/// cannot be released lapses by itself.
-async fn release<S: LeaseStore>(store: &mut S, settings: &ElectionSettings, term: i64) {
+/// cannot be released lapses by itself. `Ok(false)`: the row was no longer ours.
+async fn release<S: LeaseStore>(
+    store: &mut S,
+    settings: &ElectionSettings,
+    term: i64,
+) -> Result<bool, StoreError> {
     let released = tokio::time::timeout(
         STOP_RELEASE,
         store.release(&settings.name, &settings.node_id, term),
     )
-    .await;
-    match released {
-        Ok(Ok(true)) => {
+    .await
+    .unwrap_or(Err(StoreError::QueryTimeout {
+        after: STOP_RELEASE,
+    }));
+    match &released {
+        Ok(true) => {
             info!(election = %settings.name, node = %settings.node_id, term, "released the lease")
         }
-        Ok(Ok(false)) => debug!(term, "nothing to release: the row is no longer ours"),
-        Ok(Err(error)) => warn!(%error, term, "could not release the lease; it lapses by itself"),
-        Err(_) => warn!(term, "releasing the lease timed out; it lapses by itself"),
+        Ok(false) => debug!(term, "nothing to release: the row is no longer ours"),
+        Err(error) => warn!(%error, term, "could not release the lease; it lapses by itself"),
     }
+    released
 }
+
+/// A request to renew at once, answered with the new lease deadline, or `None` once the
+/// lease is lost.
+type RenewRequest = oneshot::Sender<Option<Instant>>;
 
 /// One node's election loop.
 pub struct Election<S> {
@@ -273,7 +307,11 @@ pub struct Election<S> {
     machine: Machine,
     /// Requests to give up leadership (see [`Election::resign_handle`]).
     resign: Option<mpsc::Receiver<()>>,
+    /// Requests to renew now (see [`Election::renew_handle`]).
+    renew: Option<mpsc::Receiver<RenewRequest>>,
     claims: ClaimGate,
+    /// Claim no more once the first term held has ended (see [`Election::single_term`]).
+    single_term: bool,
 }
 
 /// Asks a running election to give up leadership: it stops acting as leader, releases the
@@ -285,6 +323,21 @@ impl ResignHandle {
     pub fn resign(&self) {
         // One pending request is enough.
         let _ = self.0.try_send(());
+    }
+}
+
+/// Asks a running election to renew its lease now (see [`RenewHandle::renew`]).
+#[derive(Debug, Clone)]
+pub struct RenewHandle(mpsc::Sender<RenewRequest>);
+
+impl RenewHandle {
+    /// Renews the lease at once (or takes the answer of a renewal already on its way), and
+    /// returns the new local deadline when a renewal has succeeded, or `None` if this node does not hold the lease (any more). While the
+    /// database fails, the election keeps retrying until the deadline passes.
+    pub async fn renew(&self) -> Option<Instant> {
+        let (answer, answered) = oneshot::channel();
+        self.0.send(answer).await.ok()?;
+        answered.await.ok().flatten()
     }
 }
 
@@ -300,6 +353,17 @@ impl ClaimGate {
 
     fn is_closed(&self) -> bool {
         self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Waits for a renew request; never completes without a channel.
+async fn renew_requested(renew: &mut Option<mpsc::Receiver<RenewRequest>>) -> RenewRequest {
+    match renew {
+        Some(receiver) => match receiver.recv().await {
+            Some(request) => request,
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
     }
 }
 
@@ -333,6 +397,14 @@ struct Machine {
     events: Option<mpsc::UnboundedSender<RoleEvent>>,
     /// After resigning, do not claim before this instant, so another node takes over.
     no_claim_until: Option<Instant>,
+    /// Whether this node has held the lease in any term.
+    held_any: bool,
+    /// When another node's lease lapses, as of the last read.
+    observed_lapse: Option<Instant>,
+    /// The last round's error while rounds keep failing.
+    error: Option<String>,
+    /// Renew requests waiting for a successful renewal or the loss of the lease.
+    renewals: Vec<RenewRequest>,
 }
 
 impl<S: LeaseStore> Election<S> {
@@ -350,6 +422,10 @@ impl<S: LeaseStore> Election<S> {
             foreign_term_warned: None,
             events: None,
             no_claim_until: None,
+            held_any: false,
+            observed_lapse: None,
+            error: None,
+            renewals: Vec::new(),
         };
         (
             Election {
@@ -357,7 +433,9 @@ impl<S: LeaseStore> Election<S> {
                 store,
                 machine,
                 resign: None,
+                renew: None,
                 claims: ClaimGate::default(),
+                single_term: false,
             },
             receiver,
         )
@@ -374,6 +452,19 @@ impl<S: LeaseStore> Election<S> {
         ResignHandle(sender)
     }
 
+    pub fn renew_handle(&mut self) -> RenewHandle {
+        let (sender, receiver) = mpsc::channel(8);
+        self.renew = Some(receiver);
+        RenewHandle(sender)
+    }
+
+    /// Makes this election hold at most one term: once this node has held the lease and
+    /// lost or given it up, it claims no more (a lock, unlike a candidacy, is not retaken
+    /// behind the back of the work that lost it).
+    pub fn single_term(&mut self) {
+        self.single_term = true;
+    }
+
     /// The node's role changes from now on, in order.
     pub fn events(&mut self) -> mpsc::UnboundedReceiver<RoleEvent> {
         let (sender, receiver) = mpsc::unbounded_channel();
@@ -382,14 +473,17 @@ impl<S: LeaseStore> Election<S> {
     }
 
     /// Runs rounds until `shutdown` completes, then steps down: stops acting as leader at
-    /// once and releases the row if it is still ours in the same term.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+    /// once and releases the row if it is still ours in the same term. Returns how the
+    /// release went, or `None` if there was nothing to release.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Option<Result<bool, StoreError>> {
         let Election {
             settings,
             mut store,
             mut machine,
             mut resign,
+            mut renew,
             claims,
+            single_term,
         } = self;
         tokio::pin!(shutdown);
         let mut next_round = Instant::now();
@@ -402,12 +496,21 @@ impl<S: LeaseStore> Election<S> {
                     machine.deadline_passed();
                     continue 'rounds;
                 }
+                request = renew_requested(&mut renew) => {
+                    if machine.is_leading() {
+                        machine.renewals.push(request);
+                        next_round = Instant::now();
+                    } else {
+                        let _ = request.send(None);
+                    }
+                    continue 'rounds;
+                }
                 _ = resign_requested(&mut resign) => {
                     if let Some(term) = machine.hold.term() {
                         machine.stop_acting();
                         machine.hold = Hold::None;
                         info!(election = %settings.name, node = %settings.node_id, term, "resigning");
-                        release(&mut store, &settings, term).await;
+                        let _ = release(&mut store, &settings, term).await;
                         machine.no_claim_until = Some(Instant::now() + settings.ttl);
                         next_round = Instant::now();
                     }
@@ -417,8 +520,9 @@ impl<S: LeaseStore> Election<S> {
             }
             let started = Instant::now();
             let hold = machine.hold;
+            let done_with_claims = claims.is_closed() || (single_term && machine.held_any);
             let may_claim =
-                !claims.is_closed() && machine.no_claim_until.is_none_or(|until| started >= until);
+                !done_with_claims && machine.no_claim_until.is_none_or(|until| started >= until);
             let attempt = round(&mut store, &settings, hold, may_claim);
             tokio::pin!(attempt);
             let result = loop {
@@ -437,19 +541,27 @@ impl<S: LeaseStore> Election<S> {
                     _ = sleep_until(machine.deadline()), if machine.is_leading() => {
                         machine.deadline_passed();
                     }
+                    // The renewal on its way answers it (or the deadline does).
+                    request = renew_requested(&mut renew) => {
+                        machine.renewals.push(request);
+                        machine.answer_renewals_if_lost();
+                    }
                     result = &mut attempt => break result,
                 }
             };
             next_round = machine.apply(result, started);
+            machine.answer_renewals();
         }
         let held = held_at_stop.or(machine.hold.term());
         machine.stop_acting();
+        machine.answer_renewals();
         // Stopped: nothing this node said holds any longer.
         machine
             .status
             .send_modify(|status| status.valid_until = status.updated_at);
-        if let Some(term) = held {
-            release(&mut store, &settings, term).await;
+        match held {
+            Some(term) => Some(release(&mut store, &settings, term).await),
+            None => None,
         }
     }
 }
@@ -467,6 +579,25 @@ impl Machine {
         }
     }
 
+    /// Answers renew requests once a renewal succeeded or the lease is gone; while
+    /// renewals fail but the deadline has not passed, they wait for the next attempt.
+    fn answer_renewals(&mut self) {
+        let answer = match self.hold {
+            Hold::Leading { deadline, .. } if self.failures == 0 => Some(deadline),
+            Hold::Leading { .. } => return,
+            _ => None,
+        };
+        for request in self.renewals.drain(..) {
+            let _ = request.send(answer);
+        }
+    }
+
+    fn answer_renewals_if_lost(&mut self) {
+        if !self.is_leading() {
+            self.answer_renewals();
+        }
+    }
+
     fn deadline_passed(&mut self) {
         if let Hold::Leading { term, .. } = self.hold {
             warn!(
@@ -478,6 +609,7 @@ impl Machine {
             self.hold = Hold::Lapsed { term };
             self.publish(Role::Unknown, None, Some(term));
         }
+        self.answer_renewals();
     }
 
     /// Stops acting as leader at once (shutdown), keeping what we may hold to release it.
@@ -506,6 +638,7 @@ impl Machine {
                 }
                 self.failures += 1;
                 self.connected = false;
+                self.error = Some(error.to_string());
                 if self.failures == 1 {
                     warn!(%error, kind = error.kind(), election = %settings.name, "database round failed; retrying");
                 } else {
@@ -517,7 +650,7 @@ impl Machine {
                 }
                 let backoff = RETRY_BASE
                     .saturating_mul(1 << (self.failures - 1).min(16))
-                    .min(settings.interval);
+                    .min(settings.poll);
                 return now + backoff;
             }
         };
@@ -531,10 +664,12 @@ impl Machine {
             self.check_round_trip(round_trip);
         }
         self.connected = true;
+        self.error = None;
         match outcome {
             Outcome::Holding { term, sent } => {
                 let deadline = sent + settings.ttl - settings.safety_margin();
                 self.in_doubt = None;
+                self.held_any = true;
                 self.hold = match self.hold {
                     // A renewal that came back after we stopped acting does not restore
                     // leadership in the same term.
@@ -586,6 +721,10 @@ impl Machine {
                     .and_then(|r| r.live_holder())
                     .map(str::to_owned);
                 let term = row.as_ref().map(|r| r.term);
+                self.observed_lapse = leader
+                    .as_ref()
+                    .and(row.as_ref())
+                    .map(|r| now + r.remaining());
                 if leader.as_deref() == Some(me)
                     && self.hold == Hold::None
                     && self.foreign_term_warned != term
@@ -600,11 +739,12 @@ impl Machine {
                     self.foreign_term_warned = term;
                 }
                 self.publish(Role::Follower, leader, term);
+                let next_poll = (started + settings.poll).max(now);
                 match (&self.hold, &row) {
                     (Hold::Lapsed { .. }, _) => now,
                     // Poll again right when the lease can lapse, if that is before the
-                    // next regular round.
-                    (_, Some(row)) => regular.min(now + row.remaining().max(MIN_POLL)),
+                    // next regular poll.
+                    (_, Some(row)) => next_poll.min(now + row.remaining().max(MIN_POLL)),
                     (_, None) => now + MIN_POLL,
                 }
             }
@@ -661,6 +801,10 @@ impl Machine {
         } else {
             previous.since
         };
+        let leader_lease_until = match role {
+            Role::Leader => lease_deadline,
+            _ => leader.as_ref().and(self.observed_lapse),
+        };
         self.status.send_replace(Status {
             role,
             leader: leader.clone(),
@@ -669,6 +813,8 @@ impl Machine {
             updated_at: now_wall,
             valid_until,
             lease_deadline,
+            leader_lease_until,
+            error: self.error.clone(),
         });
         // After the status: whoever handles an event finds the status it describes.
         if let Some(events) = &self.events {

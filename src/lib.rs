@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod election;
 pub mod hooks;
+pub mod lock;
 pub mod logging;
 pub mod signals;
 pub mod status_file;

@@ -1,7 +1,8 @@
 //! Signals, turned into one shutdown future at the edge of the program.
 
 use futures_util::StreamExt;
-use signal_hook::consts::{SIGINT, SIGTERM};
+use nix::sys::signal::Signal;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 use signal_hook_tokio::Signals;
 use std::future::Future;
 use tracing::{info, warn};
@@ -29,4 +30,22 @@ pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
     Ok(async move {
         let _ = first_received.await;
     })
+}
+
+/// Every SIGTERM, SIGINT, SIGHUP and SIGQUIT from now on, for passing on to a child
+/// (`leaderd lock`): the channel yields each one as it arrives.
+pub fn forwarded_signals() -> std::io::Result<tokio::sync::mpsc::UnboundedReceiver<Signal>> {
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP, SIGQUIT])?;
+    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(number) = signals.next().await {
+            let Ok(signal) = Signal::try_from(number) else {
+                continue;
+            };
+            if sender.send(signal).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(receiver)
 }

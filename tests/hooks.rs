@@ -6,12 +6,13 @@ mod common;
 
 use common::proxy::{Mode, Proxy};
 use common::{
-    Backend, Node, NodeSettings, Sampler, StatusFile, TestDb, wait_agreed, wait_new_leader,
+    Backend, Node, NodeSettings, Sampler, StatusFile, TestDb, lines_of, now_ns, script,
+    wait_agreed, wait_new_leader,
 };
 use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::path::Path;
+use std::time::Duration;
 
 const SETTLE: Duration = Duration::from_secs(15);
 
@@ -30,21 +31,6 @@ while :; do
   sleep 0.005
 done
 "#;
-
-fn now_ns() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
-
-fn script(dir: &Path, name: &str, text: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
-}
 
 /// Writes the recording scripts and a config whose `[hooks]` section is `hooks`
 /// (with RECORD and COMMAND standing for the scripts' paths).
@@ -81,29 +67,6 @@ struct Record {
     term: i64,
     at: u128,
     rest: String,
-}
-
-/// Every line of the files in `dir` whose names start with `prefix`.
-fn lines_of(dir: &Path, prefix: &str) -> Vec<String> {
-    let mut lines = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .starts_with(prefix)
-        {
-            lines.extend(
-                std::fs::read_to_string(&path)
-                    .unwrap()
-                    .lines()
-                    .map(str::to_owned),
-            );
-        }
-    }
-    lines
 }
 
 fn records(dir: &Path) -> Vec<Record> {

@@ -22,17 +22,16 @@ struct Node {
 impl Node {
     fn start(table: &MemoryStore, id: &'static str) -> Node {
         let store = table.handle();
-        let settings = ElectionSettings {
-            name: ELECTION.to_owned(),
-            node_id: id.to_owned(),
-            ttl: TTL,
-            interval: INTERVAL,
-        };
+        let settings = ElectionSettings::new(ELECTION, id, TTL, INTERVAL);
         let (election, status) = Election::new(settings, store.clone());
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(election.run(async move {
-            let _ = stopped.await;
-        }));
+        let task = tokio::spawn(async move {
+            election
+                .run(async move {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
         Node {
             id,
             store,
@@ -489,12 +488,7 @@ async fn a_steady_round_costs_one_operation_for_leader_and_follower() {
 #[tokio::test(start_paused = true)]
 async fn role_changes_are_reported_as_events_in_order() {
     let table = MemoryStore::new();
-    let settings = ElectionSettings {
-        name: ELECTION.to_owned(),
-        node_id: "a".to_owned(),
-        ttl: TTL,
-        interval: INTERVAL,
-    };
+    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL);
     let store = table.handle();
     let (mut election, status) = Election::new(settings, store.clone());
     let mut events = election.events();
@@ -534,12 +528,7 @@ async fn role_changes_are_reported_as_events_in_order() {
 #[tokio::test(start_paused = true)]
 async fn a_closed_claim_gate_takes_no_lease_but_keeps_the_one_held() {
     let table = MemoryStore::new();
-    let settings = |id: &str| ElectionSettings {
-        name: ELECTION.to_owned(),
-        node_id: id.to_owned(),
-        ttl: TTL,
-        interval: INTERVAL,
-    };
+    let settings = |id: &str| ElectionSettings::new(ELECTION, id, TTL, INTERVAL);
     let (leader, leader_status) = Election::new(settings("a"), table.handle());
     let leader_gate = leader.claim_gate();
     let (follower, follower_status) = Election::new(settings("b"), table.handle());
@@ -573,12 +562,7 @@ async fn a_closed_claim_gate_takes_no_lease_but_keeps_the_one_held() {
 #[tokio::test(start_paused = true)]
 async fn a_resigning_leader_releases_and_claims_nothing_for_one_ttl() {
     let table = MemoryStore::new();
-    let settings = ElectionSettings {
-        name: ELECTION.to_owned(),
-        node_id: "a".to_owned(),
-        ttl: TTL,
-        interval: INTERVAL,
-    };
+    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL);
     let (mut election, status) = Election::new(settings, table.handle());
     let resign = election.resign_handle();
     tokio::spawn(election.run(std::future::pending()));

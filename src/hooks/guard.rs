@@ -8,21 +8,27 @@
 //!
 //! For leader-scoped hooks (`--fence-until=NS`) the guard also enforces the lease on its
 //! own: it starts nothing once NS (CLOCK_MONOTONIC nanoseconds) has passed, leaderd writes
-//! each newer kill deadline to the guard's stdin (one per line), and the guard kills the
-//! group when the latest deadline passes, or when the pipe closes.
+//! each newer kill deadline to a pipe on the guard's descriptor 3 (one per line), and the
+//! guard kills the group when the latest deadline passes, or when the pipe closes. The
+//! program gets the guard's stdin, stdout and stderr as they are.
 //!
 //! PR_SET_PDEATHSIG fires when the *thread* that started the guard ends, not only the
 //! process. leaderd starts hooks from tokio worker threads, which live as long as the
-//! daemon's runtime; the stdin pipe closing covers the process dying in any case. That holds even while leaderd itself is frozen (SIGSTOP, a paused
-//! VM), when its own timers cannot fire.
+//! daemon's runtime; the fence pipe closing covers the process dying in any case. The
+//! deadline holds even while leaderd itself is frozen (SIGSTOP, a paused VM), when its own
+//! timers cannot fire.
 
+use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::{getpgrp, getppid};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitCode;
 
 pub const SUBCOMMAND: &str = "hook-guard";
+/// The guard's descriptor for the fence pipe.
+pub const FENCE_FD: i32 = 3;
 
 pub fn run(daemon_pid: i32, fence_until: Option<u64>, argv: &[String]) -> ExitCode {
     let group = getpgrp();
@@ -58,17 +64,22 @@ pub fn run(daemon_pid: i32, fence_until: Option<u64>, argv: &[String]) -> ExitCo
         return ExitCode::from(126);
     };
     if let Some(first) = fence_until {
+        // SAFETY: leaderd opens descriptor 3 for every fenced guard (a pipe) and nothing
+        // else in this process owns it.
+        let pipe = unsafe { OwnedFd::from_raw_fd(FENCE_FD) };
+        // The program must not hold the pipe: only the guard watches it.
+        if let Err(error) = fcntl(&pipe, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)) {
+            eprintln!("leaderd hook-guard: no fence pipe on descriptor {FENCE_FD}: {error}");
+            let _ = killpg(group, Signal::SIGKILL);
+            return ExitCode::from(126);
+        }
         if monotonic_ns() >= first {
             eprintln!("leaderd hook-guard: the lease ended before the hook could start");
             return ExitCode::from(125);
         }
-        watch_fence(group, first);
+        watch_fence(group, first, std::fs::File::from(pipe));
     }
-    let mut child = match std::process::Command::new(program)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .spawn()
-    {
+    let mut child = match std::process::Command::new(program).args(args).spawn() {
         Ok(child) => child,
         Err(error) => {
             eprintln!("leaderd hook-guard: cannot run {program:?}: {error}");
@@ -89,15 +100,15 @@ pub fn run(daemon_pid: i32, fence_until: Option<u64>, argv: &[String]) -> ExitCo
     }
 }
 
-/// Kills the group when the latest deadline read from stdin passes, or stdin closes.
-fn watch_fence(group: nix::unistd::Pid, first: u64) {
+/// Kills the group when the latest deadline read from `pipe` passes, or the pipe closes.
+fn watch_fence(group: nix::unistd::Pid, first: u64, pipe: std::fs::File) {
     use std::io::BufRead;
     use std::sync::{Arc, Condvar, Mutex};
     let deadline: Arc<(Mutex<Option<u64>>, Condvar)> =
         Arc::new((Mutex::new(Some(first)), Condvar::new()));
     let reader = Arc::clone(&deadline);
     std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
+        for line in std::io::BufReader::new(pipe).lines() {
             let Ok(Ok(ns)) = line.map(|l| l.trim().parse::<u64>()) else {
                 break;
             };

@@ -22,7 +22,7 @@ use tokio::time::{Instant, sleep_until};
 use tracing::{info, warn};
 
 pub use config::{HookCommand, HooksConfig, LeaderCommand, Restart};
-use process::HookProcess;
+use process::{HookProcess, Io};
 
 use crate::election::{ResignHandle, Role, RoleEvent, Status};
 
@@ -99,12 +99,15 @@ struct RunSpec {
     timeout: Option<Duration>,
     /// Leader-scoped in this term: stopped with the lease (see the module comment).
     fence_term: Option<i64>,
+    io: Io,
+    /// Signals to pass on to the process group as they come.
+    forward: Option<mpsc::UnboundedReceiver<Signal>>,
 }
 
 /// Runs one hook to its end, enforcing its timeout, explicit stop requests (`stop_by`:
 /// SIGTERM now, SIGKILL by that instant) and, if leader-scoped, the lease fence.
 async fn run(
-    spec: RunSpec,
+    mut spec: RunSpec,
     context: HookContext,
     mut lease: watch::Receiver<Status>,
     mut stop_by: watch::Receiver<Option<Instant>>,
@@ -129,19 +132,21 @@ async fn run(
         );
         return not_run;
     }
-    let mut process = match HookProcess::spawn(spec.hook, &spec.argv, &spec.env, first_fence) {
-        Ok(process) => process,
-        Err(error) => {
-            warn!(%error, "hook not run");
-            return RunOutcome {
-                status: None,
-                stopped: false,
-            };
-        }
-    };
+    let mut process =
+        match HookProcess::spawn(spec.hook, &spec.argv, &spec.env, first_fence, spec.io) {
+            Ok(process) => process,
+            Err(error) => {
+                warn!(%error, "hook not run");
+                return RunOutcome {
+                    status: None,
+                    stopped: false,
+                };
+            }
+        };
     let timeout_at = spec.timeout.map(|t| process.started + t);
     let (mut term_sent, mut kill_sent) = (false, false);
     let (mut lease_open, mut stop_open) = (spec.fence_term.is_some(), true);
+    let mut forward = spec.forward.take();
     let mut fence_sent = first_fence;
     let status = loop {
         let now = Instant::now();
@@ -177,6 +182,10 @@ async fn run(
             }
             changed = lease.changed(), if lease_open => lease_open = changed.is_ok(),
             changed = stop_by.changed(), if stop_open => stop_open = changed.is_ok(),
+            signal = next_signal(&mut forward) => match signal {
+                Some(signal) => process.signal(signal),
+                None => forward = None,
+            },
         }
     };
     if spec.fence_term.is_some() {
@@ -198,10 +207,58 @@ async fn run(
             hook = spec.hook,
             elapsed_ms, "hook stopped by leaderd: {result}"
         );
+    } else if spec.io == Io::Inherited {
+        // A foreground command's status is its caller's to report.
+        info!(hook = spec.hook, elapsed_ms, "command ended: {result}");
     } else {
         warn!(hook = spec.hook, elapsed_ms, "hook failed: {result}");
     }
     outcome
+}
+
+async fn next_signal(forward: &mut Option<mpsc::UnboundedReceiver<Signal>>) -> Option<Signal> {
+    match forward {
+        Some(receiver) => receiver.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// How a command run under a lease ended.
+#[derive(Debug)]
+pub struct LeasedRun {
+    /// `None` if it was never started (or could not be).
+    pub status: Option<ExitStatus>,
+    /// Whether leaderd stopped it because the lease was ending.
+    pub fenced: bool,
+}
+
+/// Runs `argv` in the foreground (leaderd's own stdin, stdout and stderr) as leader-scoped
+/// work of `term`: fenced to the lease `status` reports exactly like `leader_command`,
+/// and sent every signal that arrives on `forward`. For `leaderd lock`.
+pub async fn run_leased(
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    context: HookContext,
+    term: i64,
+    status: watch::Receiver<Status>,
+    forward: mpsc::UnboundedReceiver<Signal>,
+) -> LeasedRun {
+    let spec = RunSpec {
+        hook: "command",
+        argv,
+        env,
+        timeout: None,
+        fence_term: Some(term),
+        io: Io::Inherited,
+        forward: Some(forward),
+    };
+    // Nothing else stops it: signals are forwarded instead.
+    let (_never, stop_by) = watch::channel(None);
+    let outcome = run(spec, context, status, stop_by).await;
+    LeasedRun {
+        status: outcome.status,
+        fenced: outcome.stopped,
+    }
 }
 
 /// Controls the hook supervisor from the edge of the program.
@@ -378,6 +435,8 @@ impl Supervisor {
             env,
             timeout: Some(timeout),
             fence_term,
+            io: Io::Logged,
+            forward: None,
         };
         tokio::spawn(run(
             spec,
@@ -413,6 +472,8 @@ impl Supervisor {
             env,
             timeout: None,
             fence_term: Some(term),
+            io: Io::Logged,
+            forward: None,
         };
         info!(term, "starting leader_command");
         self.command_term = Some(term);

@@ -1,6 +1,7 @@
 //! One hook process: started through the guard in a process group of its own, its output
 //! forwarded to the log, signalled as a group.
 
+use command_fds::{CommandFdExt, FdMapping};
 use futures_util::StreamExt;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -28,9 +29,18 @@ pub struct SpawnError {
     pub source: std::io::Error,
 }
 
+/// Where a process's standard streams go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Io {
+    /// stdin from /dev/null, stdout and stderr line by line into the log (hooks).
+    Logged,
+    /// leaderd's own stdin, stdout and stderr (`leaderd lock`'s command).
+    Inherited,
+}
+
 pub struct HookProcess {
-    /// The guard's stdin, for fence deadlines (fenced hooks only).
-    fence: Option<tokio::process::ChildStdin>,
+    /// The write end of the guard's fence pipe (fenced processes only).
+    fence: Option<tokio::net::unix::pipe::Sender>,
     child: tokio::process::Child,
     group: Pid,
     pub started: Instant,
@@ -42,6 +52,7 @@ impl HookProcess {
         argv: &[String],
         env: &[(String, String)],
         fence: Option<Instant>,
+        io: Io,
     ) -> Result<HookProcess, SpawnError> {
         let error = |source| SpawnError {
             hook,
@@ -57,15 +68,35 @@ impl HookProcess {
             .arg("--")
             .args(argv)
             .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdin(if fence.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
             .process_group(0);
+        match io {
+            Io::Logged => command
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+            Io::Inherited => command
+                .stdin(Stdio::inherit())
+                .stdout(Stdio::inherit())
+                .stderr(Stdio::inherit()),
+        };
+        // Fence deadlines reach the guard on its descriptor 3, leaving its stdin to the
+        // program it runs.
+        let mut fence_writer = None;
+        if fence.is_some() {
+            let (reader, writer) = std::io::pipe().map_err(error)?;
+            command
+                .fd_mappings(vec![FdMapping {
+                    parent_fd: reader.into(),
+                    child_fd: guard::FENCE_FD,
+                }])
+                .map_err(|e| error(std::io::Error::other(e)))?;
+            fence_writer =
+                Some(tokio::net::unix::pipe::Sender::from_owned_fd(writer.into()).map_err(error)?);
+        }
         let mut child = command.spawn().map_err(error)?;
+        // The read end now lives only in the guard: its closing is the guard's signal that
+        // leaderd is gone.
+        drop(command);
         let pid = child
             .id()
             .ok_or_else(|| error(std::io::Error::other("exited at once")))?;
@@ -76,7 +107,7 @@ impl HookProcess {
             tokio::spawn(forward(hook, "stderr", stderr));
         }
         Ok(HookProcess {
-            fence: child.stdin.take(),
+            fence: fence_writer,
             child,
             group: Pid::from_raw(pid as i32),
             started: Instant::now(),

@@ -52,6 +52,37 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
+/// The wall clock in nanoseconds, as the recording scripts' `date +%s%N` writes it.
+pub fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// Writes an executable script `name` into `dir`.
+pub fn script(dir: &Path, name: &str, text: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// Every line of the files in `dir` whose names start with `prefix`.
+pub fn lines_of(dir: &Path, prefix: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy();
+        if name.starts_with(prefix) {
+            let text = std::fs::read_to_string(&path).unwrap();
+            lines.extend(text.lines().map(str::to_owned));
+        }
+    }
+    lines
+}
+
 /// Runs `future` to completion on a runtime of its own (usable from `Drop`).
 fn block_on<F: std::future::Future + Send + 'static>(future: F) -> F::Output
 where

@@ -1,0 +1,460 @@
+//! A named lock for one piece of work: a lease on a row of the election table, taken once
+//! and held while the work runs.
+//!
+//! A lock is an [`Election`] that holds at most one term: it claims the row with the same
+//! single statements, the same database-clock expiry and the same fencing term as the
+//! daemon, renews it in the background, and once the lease is lost it is never retaken
+//! behind the work's back. The work learns of the loss through [`LockGuard::lost`] early
+//! enough to stop before another holder can start: the local deadline is a safety margin
+//! ahead of the lapse on the database.
+//!
+//! ```
+//! use leaderd::config::DatabaseUrl;
+//! use leaderd::lock::{LockError, LockOptions};
+//! use leaderd::store::{SqlStore, Timeouts};
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "multi_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = std::env::temp_dir().join(format!("leaderd-doctest-{}", std::process::id()));
+//! # std::fs::create_dir_all(&dir)?;
+//! # let path = dir.join("lock.sqlite3");
+//! let url = DatabaseUrl::parse(&format!("sqlite://{}", path.display()))?;
+//! let timeouts = Timeouts { connect: Duration::from_secs(2), query: Duration::from_secs(2) };
+//! let store = || SqlStore::new(url.clone(), timeouts, true);
+//!
+//! // Try once: either this process holds "nightly-report" now, or someone else does.
+//! let report = LockOptions::new("nightly-report", Duration::from_secs(30))?;
+//! let guard = report.try_acquire(store()).await?;
+//! println!("holding {} in term {}", guard.name(), guard.term());
+//!
+//! // A second holder is refused, and told who holds the lock and until when.
+//! let second = LockOptions::new("nightly-report", Duration::from_secs(30))?;
+//! match second.try_acquire(store()).await {
+//!     Err(LockError::Held { holder, lapses_in, .. }) => {
+//!         assert_eq!(holder, guard.holder());
+//!         assert!(lapses_in <= Duration::from_secs(30));
+//!     }
+//!     other => panic!("expected the lock to be held, got {other:?}"),
+//! }
+//!
+//! // The work runs until it is done or the lock is lost, whichever comes first.
+//! let work = tokio::time::sleep(Duration::from_millis(50));
+//! tokio::select! {
+//!     _ = work => {}
+//!     _ = guard.lost() => return Err("lost the lock; the work was stopped".into()),
+//! }
+//! assert!(guard.is_held());
+//! guard.extend().await?; // renews now; the background renewal does this anyway
+//! assert!(guard.release().await?);
+//!
+//! // Released: the next holder gets the lock at once, in a higher term (the fencing token).
+//! let again = LockOptions::new("nightly-report", Duration::from_secs(30))?
+//!     .try_acquire(store())
+//!     .await?;
+//! assert!(again.term() > 1);
+//! # drop(again);
+//! # std::fs::remove_dir_all(&dir)?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep_until};
+
+use crate::election::{Election, ElectionSettings, RenewHandle, Role, Status, safety_margin};
+use crate::store::{LeaseStore, StoreError};
+
+/// The longest a waiting lock goes without reading the row, whatever its ttl.
+const MAX_POLL: Duration = Duration::from_secs(1);
+/// The least room a renewal gets between two renewals and the lease's end.
+const MIN_RENEW_WINDOW: Duration = Duration::from_millis(10);
+/// Names and holder ids are stored in a VARCHAR(100).
+const MAX_ID_CHARS: usize = 100;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("{}", held_message(.name, .holder, *.term, *.lapses_in, *.waited))]
+    Held {
+        name: String,
+        /// Who holds the lock now.
+        holder: String,
+        term: i64,
+        /// When its lease lapses unless it renews (as the database saw it).
+        lapses_in: Duration,
+        /// How long this attempt waited before giving up.
+        waited: Duration,
+    },
+    #[error("cannot use the database for lock {name:?}: {error}")]
+    Unavailable { name: String, error: String },
+    #[error("lock {name:?} was lost in term {term}: its lease was not renewed in time")]
+    Lost { name: String, term: i64 },
+    #[error("lock {what} {value:?}: {reason}")]
+    Invalid {
+        what: &'static str,
+        value: String,
+        reason: String,
+    },
+}
+
+fn held_message(
+    name: &str,
+    holder: &str,
+    term: i64,
+    lapses_in: Duration,
+    waited: Duration,
+) -> String {
+    let waited = match waited.is_zero() {
+        true => String::new(),
+        false => format!(
+            " (gave up after waiting {})",
+            humantime::format_duration(waited)
+        ),
+    };
+    format!(
+        "lock {name:?} is held by {holder} (term {term}); its lease lapses in {} unless renewed{waited}",
+        humantime::format_duration(round_to_ms(lapses_in))
+    )
+}
+
+fn round_to_ms(duration: Duration) -> Duration {
+    Duration::from_millis(duration.as_millis() as u64)
+}
+
+/// What to lock and how.
+#[derive(Debug, Clone)]
+pub struct LockOptions {
+    name: String,
+    holder: String,
+    ttl: Duration,
+    renew_every: Duration,
+}
+
+impl LockOptions {
+    /// A lock on `name` with a lease of `ttl`, renewed every third of it, held by
+    /// [`LockOptions::default_holder`].
+    pub fn new(name: &str, ttl: Duration) -> Result<Self, LockError> {
+        let options = LockOptions {
+            name: name.to_owned(),
+            holder: Self::default_holder(),
+            ttl,
+            renew_every: ttl / 3,
+        };
+        options.validate()?;
+        Ok(options)
+    }
+
+    /// `host:pid:n`, different for every lock a process takes, so that two locks in one
+    /// process (or two processes on one host) never pass for the same holder.
+    pub fn default_holder() -> String {
+        static TAKEN: AtomicU64 = AtomicU64::new(0);
+        let host = hostname::get()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "localhost".to_owned());
+        let n = TAKEN.fetch_add(1, Ordering::Relaxed) + 1;
+        let suffix = format!(":{}:{n}", std::process::id());
+        let keep = MAX_ID_CHARS.saturating_sub(suffix.len());
+        format!("{}{suffix}", host.chars().take(keep).collect::<String>())
+    }
+
+    /// Holds the lock under this id instead. It must be unique to this holder: two holders
+    /// with one id are one holder to the database.
+    pub fn holder(mut self, holder: &str) -> Result<Self, LockError> {
+        self.holder = holder.to_owned();
+        self.validate()?;
+        Ok(self)
+    }
+
+    /// Renews this often instead of every third of the ttl.
+    pub fn renew_every(mut self, interval: Duration) -> Result<Self, LockError> {
+        self.renew_every = interval;
+        self.validate()?;
+        Ok(self)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    pub fn renewal_interval(&self) -> Duration {
+        self.renew_every
+    }
+
+    fn validate(&self) -> Result<(), LockError> {
+        let invalid = |what, value: String, reason: String| {
+            Err(LockError::Invalid {
+                what,
+                value,
+                reason,
+            })
+        };
+        for (what, text) in [("name", &self.name), ("holder", &self.holder)] {
+            let chars = text.chars().count();
+            if chars == 0 || chars > MAX_ID_CHARS {
+                return invalid(
+                    what,
+                    text.clone(),
+                    format!("must be 1 to {MAX_ID_CHARS} characters"),
+                );
+            }
+            if text.chars().any(char::is_control) || text.trim() != text {
+                return invalid(
+                    what,
+                    text.clone(),
+                    "must not contain control characters or start or end with whitespace".into(),
+                );
+            }
+        }
+        let ttl = humantime::format_duration(self.ttl).to_string();
+        if self.ttl < Duration::from_millis(100) || self.ttl > Duration::from_secs(24 * 3600) {
+            return invalid("ttl", ttl, "must be between 100ms and 1day".into());
+        }
+        let window = self.ttl.saturating_sub(self.renew_every);
+        let needed = safety_margin(self.ttl) + MIN_RENEW_WINDOW;
+        if self.renew_every.is_zero() || window < needed {
+            return invalid(
+                "renewal interval",
+                humantime::format_duration(self.renew_every).to_string(),
+                format!(
+                    "must be above zero and leave at least {} of the ttl ({ttl}) for a renewal",
+                    humantime::format_duration(needed)
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    fn settings(&self) -> ElectionSettings {
+        let mut settings =
+            ElectionSettings::new(&self.name, &self.holder, self.ttl, self.renew_every);
+        settings.poll = self.renew_every.min(MAX_POLL);
+        settings
+    }
+
+    /// Takes the lock if nobody holds it; otherwise fails at once with
+    /// [`LockError::Held`] (or [`LockError::Unavailable`] if the database cannot answer).
+    pub async fn try_acquire<S>(self, store: S) -> Result<LockGuard, LockError>
+    where
+        S: LeaseStore + Send + 'static,
+    {
+        self.acquire(store, Duration::ZERO).await
+    }
+
+    /// Takes the lock, waiting up to `wait` for it to come free. A waiter reads the row
+    /// at least every renewal interval (and every second at most), and at the moment the
+    /// holder's lease can lapse.
+    pub async fn acquire<S>(self, store: S, wait: Duration) -> Result<LockGuard, LockError>
+    where
+        S: LeaseStore + Send + 'static,
+    {
+        let started = Instant::now();
+        let give_up_at = started + wait;
+        let (mut election, mut status) = Election::new(self.settings(), store);
+        election.single_term();
+        let renew = election.renew_handle();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(election.run(async move {
+            let _ = stopped.await;
+        }));
+        let mut guard = LockGuard {
+            name: self.name.clone(),
+            holder: self.holder.clone(),
+            term: 0,
+            status: status.clone(),
+            renew,
+            stop: Some(stop),
+            task: Some(task),
+        };
+        let mut refusal: Option<LockError> = None;
+        loop {
+            let round = tokio::select! {
+                changed = status.changed() => changed,
+                _ = sleep_until(give_up_at), if refusal.is_some() => break,
+            };
+            if round.is_err() {
+                break;
+            }
+            let current = status.borrow_and_update().clone();
+            match current {
+                Status {
+                    role: Role::Leader,
+                    term: Some(term),
+                    ..
+                } => {
+                    guard.term = term;
+                    return Ok(guard);
+                }
+                Status {
+                    error: Some(error), ..
+                } => {
+                    refusal = Some(LockError::Unavailable {
+                        name: self.name.clone(),
+                        error,
+                    })
+                }
+                Status {
+                    role: Role::Follower,
+                    leader: Some(holder),
+                    term,
+                    leader_lease_until,
+                    ..
+                } => {
+                    refusal = Some(LockError::Held {
+                        name: self.name.clone(),
+                        holder,
+                        term: term.unwrap_or_default(),
+                        lapses_in: leader_lease_until.map_or(Duration::ZERO, |until| {
+                            until.saturating_duration_since(Instant::now())
+                        }),
+                        waited: Duration::ZERO,
+                    })
+                }
+                // Between rounds, or a claim lost to a holder already gone: the next
+                // round decides.
+                _ => {}
+            }
+            if refusal.is_some() && Instant::now() >= give_up_at {
+                break;
+            }
+        }
+        // Stop the election (releasing a claim that was still in flight) before failing.
+        let _ = guard.release().await;
+        Err(match refusal {
+            Some(LockError::Held {
+                name,
+                holder,
+                term,
+                lapses_in,
+                ..
+            }) => LockError::Held {
+                name,
+                holder,
+                term,
+                lapses_in,
+                waited: started.elapsed().min(wait),
+            },
+            Some(other) => other,
+            None => LockError::Unavailable {
+                name: self.name,
+                error: "the lock's background task ended".into(),
+            },
+        })
+    }
+}
+
+/// A held lock. It is renewed in the background until [`LockGuard::release`] or drop;
+/// dropping it releases the lock from a background task (if the runtime is still running;
+/// otherwise the lease lapses after its ttl).
+#[derive(Debug)]
+pub struct LockGuard {
+    name: String,
+    holder: String,
+    term: i64,
+    status: watch::Receiver<Status>,
+    renew: RenewHandle,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Option<Result<bool, StoreError>>>>,
+}
+
+impl LockGuard {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// The fencing token: higher for every later holder of this lock. Pass it along with
+    /// writes the lock protects, and have them refuse tokens lower than the last seen.
+    pub fn term(&self) -> i64 {
+        self.term
+    }
+
+    /// Until when this process may act on the lock (monotonic clock), while it holds it.
+    pub fn deadline(&self) -> Option<Instant> {
+        held_until(&self.status.borrow(), self.term).filter(|&deadline| deadline > Instant::now())
+    }
+
+    /// Whether the lock is still held: the last renewal succeeded and its deadline has
+    /// not passed.
+    pub fn is_held(&self) -> bool {
+        self.deadline().is_some()
+    }
+
+    /// Completes when the lock is lost: its deadline passed without a renewal, or the
+    /// database refused one. Cancel-safe; may be awaited many times.
+    pub async fn lost(&self) {
+        let mut status = self.status.clone();
+        loop {
+            let Some(deadline) = held_until(&status.borrow_and_update(), self.term) else {
+                return;
+            };
+            tokio::select! {
+                changed = status.changed() => if changed.is_err() { return },
+                _ = sleep_until(deadline) => return,
+            }
+        }
+    }
+
+    /// Renews the lease now and returns the new deadline. While the database fails this
+    /// keeps trying until the deadline; past it the lock is lost.
+    pub async fn extend(&self) -> Result<Instant, LockError> {
+        self.renew.renew().await.ok_or_else(|| LockError::Lost {
+            name: self.name.clone(),
+            term: self.term,
+        })
+    }
+
+    /// The election's status, for running work fenced to this lock's lease.
+    pub(crate) fn status(&self) -> watch::Receiver<Status> {
+        self.status.clone()
+    }
+
+    /// Releases the lock and stops renewing it. `Ok(false)`: it was no longer ours (it had
+    /// been lost). An error means it could not be released; it lapses by itself.
+    pub async fn release(mut self) -> Result<bool, LockError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let released = match self.task.take() {
+            Some(task) => task.await.ok().flatten(),
+            None => None,
+        };
+        match released {
+            Some(Ok(released)) => Ok(released),
+            None => Ok(false),
+            Some(Err(error)) => Err(LockError::Unavailable {
+                name: self.name.clone(),
+                error: error.to_string(),
+            }),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        // The election task releases the row on its own once told to stop.
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// The local deadline while `status` says this node leads in `term`.
+fn held_until(status: &Status, term: i64) -> Option<Instant> {
+    match status.role {
+        Role::Leader if status.term == Some(term) => status.lease_deadline,
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

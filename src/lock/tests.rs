@@ -1,0 +1,223 @@
+//! The lock against the in-memory store, with tokio's clock paused.
+
+use super::*;
+use crate::store::memory::{Faults, MemoryStore};
+
+const NAME: &str = "nightly-report";
+const TTL: Duration = Duration::from_secs(30);
+
+fn options(holder: &str) -> LockOptions {
+    LockOptions::new(NAME, TTL).unwrap().holder(holder).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_free_lock_is_taken_and_a_second_holder_is_told_who_has_it() {
+    let table = MemoryStore::new();
+    let first = options("a").try_acquire(table.handle()).await.unwrap();
+    assert_eq!((first.term(), first.holder()), (1, "a"));
+    assert!(first.is_held());
+
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let refused = options("b").try_acquire(table.handle()).await.unwrap_err();
+    let LockError::Held {
+        holder,
+        term,
+        lapses_in,
+        waited,
+        ..
+    } = &refused
+    else {
+        panic!("expected Held, got {refused:?}");
+    };
+    assert_eq!((holder.as_str(), *term, *waited), ("a", 1, Duration::ZERO));
+    // Renewed every 10 s: 26 s to 30 s left.
+    assert!(
+        *lapses_in > Duration::from_secs(25) && *lapses_in <= TTL,
+        "{lapses_in:?}"
+    );
+    let message = refused.to_string();
+    assert!(
+        message.starts_with("lock \"nightly-report\" is held by a (term 1); its lease lapses in 2"),
+        "{message}"
+    );
+    // The refused attempt left the row alone.
+    assert_eq!(table.row(NAME).unwrap().live_holder(), Some("a"));
+    assert!(first.is_held());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_holder_gets_the_lock_within_a_second_of_its_release() {
+    let table = MemoryStore::new();
+    let first = options("a").try_acquire(table.handle()).await.unwrap();
+    let waiter = tokio::spawn(options("b").acquire(table.handle(), Duration::from_secs(60)));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let released_at = Instant::now();
+    assert!(first.release().await.unwrap());
+    let second = waiter.await.unwrap().unwrap();
+    let after = released_at.elapsed();
+    assert!(after <= MAX_POLL, "took {after:?} after the release");
+    assert_eq!(second.term(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_that_runs_out_reports_the_holder_and_how_long_it_waited() {
+    let table = MemoryStore::new();
+    let _first = options("a").try_acquire(table.handle()).await.unwrap();
+    let started = Instant::now();
+    let refused = options("b")
+        .acquire(table.handle(), Duration::from_secs(3))
+        .await
+        .unwrap_err();
+    let elapsed = started.elapsed();
+    assert!(
+        matches!(&refused, LockError::Held { holder, waited, .. } if holder == "a" && *waited == Duration::from_secs(3)),
+        "{refused:?}"
+    );
+    assert!(
+        elapsed >= Duration::from_secs(3) && elapsed < Duration::from_millis(3100),
+        "{elapsed:?}"
+    );
+    assert!(refused.to_string().ends_with("(gave up after waiting 3s)"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stale_lock_is_taken_the_moment_its_lease_lapses() {
+    let table = MemoryStore::new();
+    table.overwrite(NAME, "crashed", 7, TTL);
+    let started = Instant::now();
+    let taken = options("b")
+        .acquire(table.handle(), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let after = started.elapsed();
+    assert!(
+        after >= TTL && after <= TTL + Duration::from_millis(10),
+        "{after:?}"
+    );
+    assert_eq!(taken.term(), 8);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_database_is_reported_not_waited_on_forever() {
+    let table = MemoryStore::new();
+    let store = table.handle();
+    store.set_faults(Faults {
+        fail: true,
+        ..Faults::default()
+    });
+    let refused = options("a").try_acquire(store.clone()).await.unwrap_err();
+    assert!(
+        matches!(refused, LockError::Unavailable { .. }),
+        "{refused:?}"
+    );
+    let started = Instant::now();
+    let refused = options("a")
+        .acquire(store.clone(), Duration::from_secs(2))
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, LockError::Unavailable { .. }));
+    assert!(started.elapsed() >= Duration::from_secs(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_is_lost_before_its_lease_can_lapse_and_never_retaken() {
+    let table = MemoryStore::new();
+    let store = table.handle();
+    let guard = options("a").try_acquire(store.clone()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let last_renewal = Instant::now() - table.row(NAME).unwrap().age;
+    store.set_faults(Faults {
+        hang: true,
+        ..Faults::default()
+    });
+    guard.lost().await;
+    let lost_after = last_renewal.elapsed();
+    assert!(!guard.is_held());
+    assert!(
+        lost_after < TTL && lost_after >= TTL - safety_margin(TTL) - Duration::from_millis(1),
+        "lost {lost_after:?} after the last renewal"
+    );
+    // The table still holds the lease for a: nobody else could have started yet.
+    assert_eq!(table.row(NAME).unwrap().live_holder(), Some("a"));
+    assert!(matches!(
+        guard.extend().await,
+        Err(LockError::Lost { term: 1, .. })
+    ));
+
+    // The database comes back: the guard does not quietly take the lock again.
+    store.set_faults(Faults::default());
+    let other = options("b")
+        .acquire(table.handle(), Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(other.term(), 2);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(!guard.is_held());
+    assert!(other.is_held());
+    assert!(!guard.release().await.unwrap(), "the row is b's now");
+}
+
+#[tokio::test(start_paused = true)]
+async fn extending_renews_at_once_and_moves_the_deadline() {
+    let table = MemoryStore::new();
+    let store = table.handle();
+    let guard = options("a").try_acquire(store.clone()).await.unwrap();
+    let first = guard.deadline().unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let extended = guard.extend().await.unwrap();
+    assert_eq!(extended, guard.deadline().unwrap());
+    assert!(
+        extended >= first + Duration::from_secs(2),
+        "{first:?} -> {extended:?}"
+    );
+    assert_eq!(store.last_operation(), "renew");
+    assert!(table.row(NAME).unwrap().age < Duration::from_millis(10));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_outlives_many_ttls_in_one_term_with_one_statement_per_renewal() {
+    let table = MemoryStore::new();
+    let store = table.handle();
+    let guard = options("a").try_acquire(store.clone()).await.unwrap();
+    let before = store.operations();
+    tokio::time::sleep(TTL * 5 + Duration::from_millis(1)).await;
+    assert!(guard.is_held());
+    assert_eq!(guard.term(), 1);
+    // A renewal every ttl/3.
+    assert_eq!(store.operations() - before, 15);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_guard_releases_the_lock() {
+    let table = MemoryStore::new();
+    let guard = options("a").try_acquire(table.handle()).await.unwrap();
+    drop(guard);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(table.row(NAME).unwrap().holder, None);
+    let next = options("b").try_acquire(table.handle()).await.unwrap();
+    assert_eq!(next.term(), 2);
+}
+
+#[test]
+fn options_name_what_is_wrong() {
+    let error = LockOptions::new("", TTL).unwrap_err().to_string();
+    assert_eq!(error, "lock name \"\": must be 1 to 100 characters");
+    let error = LockOptions::new("x", Duration::from_millis(10))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(error, "lock ttl \"10ms\": must be between 100ms and 1day");
+    let error = LockOptions::new("x", TTL)
+        .unwrap()
+        .renew_every(TTL)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with(
+            "lock renewal interval \"30s\": must be above zero and leave at least 72ms"
+        ),
+        "{error}"
+    );
+    let holders = [LockOptions::default_holder(), LockOptions::default_holder()];
+    assert_ne!(holders[0], holders[1]);
+    assert!(holders[0].contains(&format!(":{}:", std::process::id())));
+}
