@@ -356,6 +356,18 @@ impl ClaimGate {
     }
 }
 
+/// Waits for a release notification; never completes without a channel (or once it
+/// closed).
+async fn release_notified(releases: &mut Option<mpsc::Receiver<()>>) {
+    if let Some(receiver) = releases {
+        if receiver.recv().await.is_some() {
+            return;
+        }
+        *releases = None;
+    }
+    std::future::pending().await
+}
+
 /// Waits for a renew request; never completes without a channel.
 async fn renew_requested(renew: &mut Option<mpsc::Receiver<RenewRequest>>) -> RenewRequest {
     match renew {
@@ -486,6 +498,7 @@ impl<S: LeaseStore> Election<S> {
             single_term,
         } = self;
         tokio::pin!(shutdown);
+        let mut releases = store.release_notifications(&settings.name);
         let mut next_round = Instant::now();
         let mut held_at_stop = None;
         'rounds: loop {
@@ -494,6 +507,13 @@ impl<S: LeaseStore> Election<S> {
                 _ = &mut shutdown => break 'rounds,
                 _ = sleep_until(machine.deadline()), if machine.is_leading() => {
                     machine.deadline_passed();
+                    continue 'rounds;
+                }
+                // Released by its holder: try now rather than at the next poll.
+                _ = release_notified(&mut releases) => {
+                    if !machine.is_leading() {
+                        next_round = Instant::now();
+                    }
                     continue 'rounds;
                 }
                 request = renew_requested(&mut renew) => {

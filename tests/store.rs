@@ -211,6 +211,47 @@ async fn a_stalled_connection_is_replaced(backend: Backend) {
     );
 }
 
-backend_tests!(postgres = Backend::Postgres => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced);
-backend_tests!(mysql = Backend::Mysql => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced);
-backend_tests!(sqlite = Backend::Sqlite => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again);
+/// Where the backend can tell (PostgreSQL), a release wakes the listeners for that name
+/// and only them; elsewhere there are no notifications to wait for.
+async fn a_release_notifies_where_the_backend_can_tell(backend: Backend) {
+    let db = TestDb::new(backend);
+    let mut holder = store(&db);
+    holder.connect().await.unwrap();
+    let Some(mut woken) = holder.release_notifications("notified") else {
+        assert_ne!(backend, Backend::Postgres, "PostgreSQL has LISTEN/NOTIFY");
+        return;
+    };
+    let mut other_name = holder.release_notifications("other").unwrap();
+    // Each listener wakes once when it starts listening (a release may have come first).
+    for listener in [&mut woken, &mut other_name] {
+        tokio::time::timeout(Duration::from_secs(5), listener.recv())
+            .await
+            .expect("listening");
+    }
+    holder.ensure_row("notified").await.unwrap();
+    assert!(holder.claim("notified", "a", TTL, 0).await.unwrap());
+    assert!(woken.try_recv().is_err(), "a claim is not a release");
+    let released_at = Instant::now();
+    assert!(holder.release("notified", "a", 1).await.unwrap());
+    tokio::time::timeout(Duration::from_secs(2), woken.recv())
+        .await
+        .expect("the release is notified");
+    let after = released_at.elapsed();
+    assert!(
+        after < Duration::from_millis(500),
+        "notified after {after:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        other_name.try_recv().is_err(),
+        "another name's listener stays asleep"
+    );
+    // A release that changed nothing tells nobody.
+    assert!(!holder.release("notified", "a", 1).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(woken.try_recv().is_err());
+}
+
+backend_tests!(postgres = Backend::Postgres => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell);
+backend_tests!(mysql = Backend::Mysql => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell);
+backend_tests!(sqlite = Backend::Sqlite => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_release_notifies_where_the_backend_can_tell);

@@ -45,18 +45,34 @@ async fn a_free_lock_is_taken_and_a_second_holder_is_told_who_has_it() {
     assert!(first.is_held());
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_waiting_holder_gets_the_lock_within_a_second_of_its_release() {
-    let table = MemoryStore::new();
+/// A holds the lock for 5 s while B waits; returns how long after A's release B had it.
+async fn wait_for_release(table: MemoryStore) -> Duration {
     let first = options("a").try_acquire(table.handle()).await.unwrap();
     let waiter = tokio::spawn(options("b").acquire(table.handle(), Duration::from_secs(60)));
     tokio::time::sleep(Duration::from_secs(5)).await;
     let released_at = Instant::now();
     assert!(first.release().await.unwrap());
     let second = waiter.await.unwrap().unwrap();
-    let after = released_at.elapsed();
-    assert!(after <= MAX_POLL, "took {after:?} after the release");
     assert_eq!(second.term(), 2);
+    released_at.elapsed()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_holder_is_woken_by_the_release() {
+    let after = wait_for_release(MemoryStore::new()).await;
+    assert!(
+        after <= Duration::from_millis(1),
+        "took {after:?} after the release"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_notifications_a_waiting_holder_polls_every_second() {
+    let after = wait_for_release(MemoryStore::without_release_notifications()).await;
+    assert!(
+        after > Duration::from_millis(1) && after <= MAX_POLL,
+        "took {after:?} after the release"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -41,9 +41,13 @@ pub struct Faults {
 
 /// One handle onto a shared in-memory table. [`MemoryStore::handle`] makes another handle
 /// onto the same table with faults of its own.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct MemoryStore {
     rows: Arc<Mutex<HashMap<String, Row>>>,
+    /// Names released, for [`LeaseStore::release_notifications`] (like PostgreSQL's NOTIFY).
+    releases: tokio::sync::broadcast::Sender<String>,
+    /// Whether this handle (and handles made from it) offers release notifications.
+    notifies: bool,
     faults: Arc<Mutex<Faults>>,
     /// Operations this handle has sent (round trips, for the SQL store).
     operations: Arc<std::sync::atomic::AtomicU64>,
@@ -51,15 +55,38 @@ pub struct MemoryStore {
     last_operation: Arc<Mutex<&'static str>>,
 }
 
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore {
+            rows: Arc::default(),
+            releases: tokio::sync::broadcast::channel(16).0,
+            notifies: true,
+            faults: Arc::default(),
+            operations: Arc::default(),
+            last_operation: Arc::default(),
+        }
+    }
+}
+
 impl MemoryStore {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A table whose handles offer no release notifications (like MySQL and SQLite).
+    pub fn without_release_notifications() -> Self {
+        MemoryStore {
+            notifies: false,
+            ..Self::default()
+        }
     }
 
     /// Another connection to the same table, without faults.
     pub fn handle(&self) -> Self {
         MemoryStore {
             rows: Arc::clone(&self.rows),
+            releases: self.releases.clone(),
+            notifies: self.notifies,
             faults: Arc::default(),
             operations: Arc::default(),
             last_operation: Arc::default(),
@@ -237,14 +264,40 @@ impl LeaseStore for MemoryStore {
 
     async fn release(&mut self, name: &str, holder: &str, term: i64) -> Result<bool, StoreError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
+        let releases = self.releases.clone();
         self.with_table("release", move |rows, now| match rows.get_mut(&name) {
             Some(row) if row.term == term && row.holder.as_deref() == Some(holder.as_str()) => {
                 row.holder = None;
                 row.renewed_at = now;
+                let _ = releases.send(name);
                 true
             }
             _ => false,
         })
         .await
+    }
+
+    fn release_notifications(&self, name: &str) -> Option<tokio::sync::mpsc::Receiver<()>> {
+        if !self.notifies {
+            return None;
+        }
+        let (wake, woken) = tokio::sync::mpsc::channel(1);
+        let mut releases = self.releases.subscribe();
+        let name = name.to_owned();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = wake.closed() => return,
+                    released = releases.recv() => match released {
+                        Ok(released) if released != name => {}
+                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                            let _ = wake.try_send(());
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    },
+                }
+            }
+        });
+        Some(woken)
     }
 }

@@ -6,6 +6,7 @@
 //! cancellation, so it is never reused in an unknown state.
 
 pub mod memory;
+mod notify;
 mod sql;
 
 use futures_util::future::BoxFuture;
@@ -123,6 +124,12 @@ pub trait LeaseStore: Send {
         holder: &str,
         term: i64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Hints that the lease of `name` was released, as soon as the backend can tell
+    /// (`None`: it cannot, and waiting nodes poll). A hint to poll now, never a grant.
+    fn release_notifications(&self, name: &str) -> Option<tokio::sync::mpsc::Receiver<()>> {
+        let _ = name;
+        None
+    }
 }
 
 /// Bounds on every database round trip.
@@ -272,5 +279,16 @@ impl LeaseStore for SqlStore {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.run(move |c| Box::pin(async move { c.release(&name, &holder, term).await }))
             .await
+    }
+
+    fn release_notifications(&self, name: &str) -> Option<tokio::sync::mpsc::Receiver<()>> {
+        match self.url.backend() {
+            crate::config::Backend::Postgres => Some(notify::listen(
+                Arc::clone(&self.url),
+                self.timeouts.connect,
+                name,
+            )),
+            _ => None,
+        }
     }
 }

@@ -58,9 +58,13 @@ const POSTGRES: Dialect = Dialect {
               SET "timestamp" = clock_timestamp(), lease_ms = $1
               WHERE name = $2 AND container_id = $3 AND term = $4
                 AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()"#,
-    release: r#"UPDATE service_leader_lock
-                SET container_id = NULL, "timestamp" = clock_timestamp()
-                WHERE name = $1 AND container_id = $2 AND term = $3"#,
+    // Also wakes the nodes that LISTEN (notify.rs); the notification is sent on commit.
+    release: r#"WITH released AS (
+                    UPDATE service_leader_lock
+                    SET container_id = NULL, "timestamp" = clock_timestamp()
+                    WHERE name = $1 AND container_id = $2 AND term = $3
+                    RETURNING name)
+                SELECT pg_notify('leaderd_release', name) FROM released"#,
 };
 
 // MySQL applies SET assignments left to right, so `term` comes first while it still reads
