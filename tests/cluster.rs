@@ -67,6 +67,13 @@ async fn sigterm_hands_over_with_a_higher_term(backend: Backend) {
         handover <= settings.interval + Duration::from_millis(500),
         "handover took {handover:?}"
     );
+    if backend == Backend::Postgres {
+        // The release is NOTIFYed: the followers do not wait for their next poll.
+        assert!(
+            handover < settings.interval / 2,
+            "handover took {handover:?} despite LISTEN/NOTIFY"
+        );
+    }
 
     let old = nodes.iter_mut().find(|n| n.id == leader).unwrap();
     let exit = old.wait_exit(Duration::from_secs(1)).await;
