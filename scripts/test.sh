@@ -30,4 +30,19 @@ if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime >/dev/null
 fi
 
+# The systemd unit is checked with systemd-analyze.
+if ! command -v systemd-analyze >/dev/null; then
+  echo "installing systemd (for systemd-analyze)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null
+fi
+
+# The Kubernetes manifests are checked offline against the schemas bundled with
+# kubernetes-validate (from PyPI), kept in a virtualenv under target/.
+if [ ! -x target/tools/venv/bin/kubernetes-validate ]; then
+  echo "installing kubernetes-validate"
+  python3 -m venv target/tools/venv
+  target/tools/venv/bin/pip install -q kubernetes-validate
+fi
+
 exec cargo test "$@"

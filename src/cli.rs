@@ -9,12 +9,12 @@ use std::process::ExitCode;
 use tracing::info;
 
 use crate::config::{Config, ConfigError};
-use crate::election::{Election, ElectionSettings};
-use crate::hooks::{self, HookContext, Hooks};
+use crate::daemon::{self, ConfigSource, store};
+use crate::hooks::{self, HookContext};
 use crate::lock::{LockError, LockOptions};
 use crate::logging::{self, LogFormat};
-use crate::store::{LeaseStore, SqlStore, StoreError, Timeouts};
-use crate::{signals, status_file};
+use crate::signals;
+use crate::store::{LeaseStore, StoreError};
 
 /// Configuration errors (sysexits.h EX_CONFIG).
 pub const EXIT_CONFIG: u8 = 78;
@@ -24,6 +24,10 @@ pub const EXIT_UNAVAILABLE: u8 = 69;
 pub const EXIT_LOCK_HELD: u8 = 75;
 /// `lock`: the lock was lost while the command ran, and the command was stopped.
 pub const EXIT_LOCK_LOST: u8 = 76;
+/// `status --local`: this node follows a live leader (or no leader, as far as it knows).
+pub const EXIT_FOLLOWER: u8 = 1;
+/// `status --local`: no valid status: unknown role, a stale or missing file.
+pub const EXIT_STATUS_UNKNOWN: u8 = 3;
 /// `lock`: an invalid lock name (a usage error, as clap reports its own).
 pub const EXIT_USAGE: u8 = 2;
 
@@ -53,10 +57,16 @@ enum Command {
         id: Option<String>,
     },
     /// Show who leads the election now, as the database sees it.
+    ///
+    /// With --local: this node's own view, from its status file, as an exit status for
+    /// probes and scripts: 0 leader, 1 follower, 3 unknown, stale or unreadable.
     Status {
-        /// Print JSON instead of text.
+        /// Print JSON instead of text (with --local: the status file itself).
         #[arg(long)]
         json: bool,
+        /// Read this node's status file instead of asking the database.
+        #[arg(long)]
+        local: bool,
     },
     /// Apply the database migrations and exit.
     Migrate,
@@ -122,7 +132,7 @@ pub fn main() -> ExitCode {
         Command::Lock { verbose: false, .. } => "warn",
         _ => &config.log_level,
     };
-    logging::init(cli.log_format, level);
+    let log = logging::init(cli.log_format, level);
     if let Command::CheckConfig = cli.command {
         print!("{}", config.to_toml_redacted());
         return ExitCode::SUCCESS;
@@ -135,8 +145,15 @@ pub fn main() -> ExitCode {
     let result = runtime.block_on(async {
         let done = |result: anyhow::Result<()>| result.map(|()| ExitCode::SUCCESS);
         match cli.command {
-            Command::Run { .. } => done(run(config).await),
-            Command::Status { json } => done(status(config, json).await),
+            Command::Run { id } => {
+                let source = ConfigSource {
+                    file: cli.config.clone(),
+                    node_id: id,
+                };
+                done(daemon::run(config, source, log).await)
+            }
+            Command::Status { json, local: true } => Ok(local_status(&config, json)),
+            Command::Status { json, .. } => done(status(config, json).await),
             Command::Migrate => done(migrate(config).await),
             Command::Lock {
                 ttl,
@@ -163,75 +180,6 @@ pub fn main() -> ExitCode {
             }
         }
     }
-}
-
-fn store(config: &Config, migrate: bool) -> SqlStore {
-    SqlStore::new(
-        config.database_url.clone(),
-        Timeouts {
-            connect: config.connect_timeout,
-            query: config.query_timeout,
-        },
-        migrate,
-    )
-}
-
-async fn run(config: Config) -> anyhow::Result<()> {
-    // Before anything slow, so that a stop during start-up is a clean one.
-    let shutdown = signals::shutdown_signal().context("cannot install signal handlers")?;
-    info!(
-        election = %config.election,
-        node = %config.node_id,
-        database = %config.database_url,
-        ttl = %humantime::format_duration(config.ttl),
-        interval = %humantime::format_duration(config.interval),
-        "leaderd starting"
-    );
-    let settings = ElectionSettings::new(
-        &config.election,
-        &config.node_id,
-        config.ttl,
-        config.interval,
-    );
-    let (mut election, statuses) = Election::new(settings, store(&config, config.migrate));
-    let mut hooks = (!config.hooks.is_empty()).then(|| {
-        let context = HookContext {
-            election: config.election.clone(),
-            node_id: config.node_id.clone(),
-            interval: config.interval,
-            ttl: config.ttl,
-        };
-        let events = election.events();
-        let resign = election.resign_handle();
-        Hooks::spawn(
-            config.hooks.clone(),
-            context,
-            events,
-            statuses.clone(),
-            resign,
-        )
-    });
-    let writer = status_file::spawn_writer(
-        config.status_path.clone(),
-        config.election.clone(),
-        config.node_id.clone(),
-        statuses,
-    );
-    // On SIGTERM the hooks stop first, while the election still holds and renews the
-    // lease; only then does the election step down and release.
-    let stop = async {
-        shutdown.await;
-        if let Some(hooks) = hooks.as_mut() {
-            hooks.step_down().await;
-        }
-    };
-    election.run(stop).await;
-    if let Some(hooks) = hooks {
-        hooks.join().await;
-    }
-    writer.await.context("status file writer failed")?;
-    info!("leaderd stopped");
-    Ok(())
 }
 
 #[derive(Debug, Serialize)]
@@ -352,6 +300,7 @@ async fn lock(
         node_id: holder.clone(),
         interval: renew_every,
         ttl,
+        metrics: None,
     };
     let term = guard.term();
     let program = argv[0].clone();
@@ -376,5 +325,54 @@ async fn lock(
             _ => 1,
         })),
         None => anyhow::bail!("could not start {program:?}"),
+    }
+}
+
+/// `status --local`: the exit status says what this node's status file says, as long as
+/// the file is still valid (`valid_until` ahead: a frozen or dead daemon's file goes stale).
+fn local_status(config: &Config, json: bool) -> ExitCode {
+    let path = &config.status_path;
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) => {
+            eprintln!(
+                "leaderd: cannot read status file {}: {error}",
+                path.display()
+            );
+            return ExitCode::from(EXIT_STATUS_UNKNOWN);
+        }
+    };
+    let document: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(document) => document,
+        Err(error) => {
+            eprintln!(
+                "leaderd: status file {} is not JSON: {error}",
+                path.display()
+            );
+            return ExitCode::from(EXIT_STATUS_UNKNOWN);
+        }
+    };
+    let field = |key: &str| document.get(key).and_then(|v| v.as_str());
+    let valid_until = field("valid_until").and_then(|t| humantime::parse_rfc3339(t).ok());
+    let fresh = valid_until.is_some_and(|until| until > std::time::SystemTime::now());
+    let role = field("role").unwrap_or("unknown");
+    if json {
+        print!("{text}");
+    } else {
+        let leader = field("leader").unwrap_or("none");
+        let term = document
+            .get("term")
+            .map_or("none".to_owned(), |t| t.to_string());
+        let stale = if fresh {
+            ""
+        } else {
+            " (stale: valid_until has passed)"
+        };
+        println!("{role} (leader {leader}, term {term}){stale}");
+    }
+    match role {
+        "leader" if fresh => ExitCode::SUCCESS,
+        "follower" if fresh => ExitCode::from(EXIT_FOLLOWER),
+        _ => ExitCode::from(EXIT_STATUS_UNKNOWN),
     }
 }

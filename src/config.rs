@@ -23,6 +23,7 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
     ),
     ("status", &["path"]),
     ("log", &["level"]),
+    ("http", &["listen"]),
     ("hooks", crate::hooks::config::HOOK_KEYS),
 ];
 
@@ -179,6 +180,8 @@ pub struct Config {
     pub status_path: PathBuf,
     /// The default tracing filter when `RUST_LOG` is not set.
     pub log_level: String,
+    /// Where to serve /leader, /status and /metrics (off unless set).
+    pub http_listen: Option<std::net::SocketAddr>,
     pub hooks: HooksConfig,
 }
 
@@ -194,6 +197,13 @@ struct RawConfig {
     status: RawStatus,
     #[serde(default)]
     log: RawLog,
+    #[serde(default)]
+    http: RawHttp,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RawHttp {
+    listen: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -350,6 +360,16 @@ impl Config {
                 .path
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_STATUS_PATH)),
             log_level: raw.log.level.unwrap_or_else(|| "info".to_owned()),
+            http_listen: match raw.http.listen.as_deref() {
+                None | Some("") => None,
+                Some(text) => Some(text.parse().map_err(|_| {
+                    invalid(
+                        "http.listen",
+                        text,
+                        "expected an address and port such as 127.0.0.1:9090 or [::]:9090",
+                    )
+                })?),
+            },
             hooks: HooksConfig::default(),
         })
     }
@@ -379,6 +399,11 @@ impl Config {
             level = (self.log_level.clone())
         };
         let mut table = table;
+        if let Some(listen) = self.http_listen {
+            let mut http = toml::Table::new();
+            http.insert("listen".into(), listen.to_string().into());
+            table.insert("http".into(), toml::Value::Table(http));
+        }
         table.insert("hooks".into(), toml::Value::Table(self.hooks_table()));
         toml::to_string(&table).unwrap_or_default()
     }

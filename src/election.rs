@@ -143,6 +143,27 @@ pub enum RoleEvent {
     },
 }
 
+/// What one completed round measured, for consumers such as metrics and the systemd
+/// watchdog. Observers are called synchronously on the election's task: they must only
+/// record (atomics, a watch channel), never wait.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RoundReport {
+    /// Rounds completed so far, failed ones included: proof the loop is turning.
+    pub completed: u64,
+    /// The round's first statement, on a connection that was already open.
+    pub round_trip: Option<Duration>,
+    /// For a successful renewal: how much of the local deadline was left when its answer
+    /// came back.
+    pub renewal_margin: Option<Duration>,
+    /// Why the round failed ([`StoreError::kind`]).
+    pub error_kind: Option<&'static str>,
+    /// The database clock minus the local wall clock, from a read (microseconds).
+    pub clock_offset_us: Option<i64>,
+}
+
+/// A consumer of [`RoundReport`]s (see [`Election::observe`]).
+pub type RoundObserver = Arc<dyn Fn(&RoundReport) + Send + Sync>;
+
 /// What this node holds in the database, as far as it knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Hold {
@@ -417,6 +438,8 @@ struct Machine {
     error: Option<String>,
     /// Renew requests waiting for a successful renewal or the loss of the lease.
     renewals: Vec<RenewRequest>,
+    observers: Vec<RoundObserver>,
+    rounds_completed: u64,
 }
 
 impl<S: LeaseStore> Election<S> {
@@ -438,6 +461,8 @@ impl<S: LeaseStore> Election<S> {
             observed_lapse: None,
             error: None,
             renewals: Vec::new(),
+            observers: Vec::new(),
+            rounds_completed: 0,
         };
         (
             Election {
@@ -475,6 +500,11 @@ impl<S: LeaseStore> Election<S> {
     /// behind the back of the work that lost it).
     pub fn single_term(&mut self) {
         self.single_term = true;
+    }
+
+    /// Calls `observer` after every completed round (see [`RoundReport`]).
+    pub fn observe(&mut self, observer: RoundObserver) {
+        self.machine.observers.push(observer);
     }
 
     /// The node's role changes from now on, in order.
@@ -641,8 +671,51 @@ impl Machine {
         self.publish(Role::Unknown, None, term);
     }
 
-    /// Folds one round's result into the state; returns when the next round is due.
+    /// Folds one round's result into the state and reports it to the observers; returns
+    /// when the next round is due.
     fn apply(
+        &mut self,
+        result: Result<(Outcome, Duration), RoundError>,
+        started: Instant,
+    ) -> Instant {
+        if self.observers.is_empty() {
+            return self.fold(result, started);
+        }
+        let mut report = RoundReport::default();
+        match &result {
+            Err(RoundError { error, .. }) => report.error_kind = Some(error.kind()),
+            Ok((outcome, round_trip)) => {
+                if self.connected && self.failures == 0 {
+                    report.round_trip = Some(*round_trip);
+                }
+                match (outcome, self.hold) {
+                    (
+                        Outcome::Holding { term, .. },
+                        Hold::Leading {
+                            term: led,
+                            deadline,
+                        },
+                    ) if *term == led => {
+                        report.renewal_margin =
+                            Some(deadline.saturating_duration_since(Instant::now()));
+                    }
+                    (Outcome::Observed(Some(row)), _) => {
+                        report.clock_offset_us = row.clock_offset_us
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let next = self.fold(result, started);
+        self.rounds_completed += 1;
+        report.completed = self.rounds_completed;
+        for observer in &self.observers {
+            observer(&report);
+        }
+        next
+    }
+
+    fn fold(
         &mut self,
         result: Result<(Outcome, Duration), RoundError>,
         started: Instant,

@@ -6,10 +6,14 @@
 
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod election;
 pub mod hooks;
+pub mod http;
 pub mod lock;
 pub mod logging;
+pub mod metrics;
 pub mod signals;
 pub mod status_file;
 pub mod store;
+pub mod systemd;

@@ -49,3 +49,17 @@ pub fn forwarded_signals() -> std::io::Result<tokio::sync::mpsc::UnboundedReceiv
     });
     Ok(receiver)
 }
+
+/// Every SIGHUP from now on: a request to reload the configuration.
+pub fn reload_requests() -> std::io::Result<tokio::sync::mpsc::UnboundedReceiver<()>> {
+    let mut signals = Signals::new([SIGHUP])?;
+    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while signals.next().await.is_some() {
+            if sender.send(()).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(receiver)
+}

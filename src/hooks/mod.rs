@@ -25,6 +25,7 @@ pub use config::{HookCommand, HooksConfig, LeaderCommand, Restart};
 use process::{HookProcess, Io};
 
 use crate::election::{ResignHandle, Role, RoleEvent, Status};
+use crate::metrics::Metrics;
 
 /// Between SIGTERM on a timeout and SIGKILL.
 const KILL_GRACE: Duration = Duration::from_secs(2);
@@ -36,6 +37,8 @@ pub struct HookContext {
     pub node_id: String,
     pub interval: Duration,
     pub ttl: Duration,
+    /// Where hook runs are counted, if anywhere.
+    pub metrics: Option<Metrics>,
 }
 
 impl HookContext {
@@ -51,6 +54,12 @@ impl HookContext {
     /// merely slow does not stop the leader's work.
     fn term_lead(&self) -> Duration {
         self.ttl.saturating_sub(self.interval) / 4
+    }
+
+    fn count_run(&self, hook: &'static str, outcome: &'static str, took: Duration) {
+        if let Some(metrics) = &self.metrics {
+            metrics.hook_ran(hook, outcome, took);
+        }
     }
 
     /// The instant a run leader-scoped in `term` must be dead by, per `status`: now, unless
@@ -130,6 +139,7 @@ async fn run(
             term = spec.fence_term,
             "not started: no lease left in its term"
         );
+        context.count_run(spec.hook, "not_started", Duration::ZERO);
         return not_run;
     }
     let mut process =
@@ -137,6 +147,7 @@ async fn run(
             Ok(process) => process,
             Err(error) => {
                 warn!(%error, "hook not run");
+                context.count_run(spec.hook, "not_started", Duration::ZERO);
                 return RunOutcome {
                     status: None,
                     stopped: false,
@@ -200,6 +211,12 @@ async fn run(
         stopped: term_sent || fenced_off,
     };
     let result = describe(status);
+    let counted = match () {
+        _ if outcome.success() => "success",
+        _ if outcome.stopped => "stopped",
+        _ => "failure",
+    };
+    context.count_run(spec.hook, counted, process.elapsed());
     if outcome.success() {
         info!(hook = spec.hook, elapsed_ms, "hook finished: {result}");
     } else if outcome.stopped {
@@ -264,6 +281,7 @@ pub async fn run_leased(
 /// Controls the hook supervisor from the edge of the program.
 pub struct Hooks {
     step_down: Option<oneshot::Sender<oneshot::Sender<()>>>,
+    reloads: mpsc::UnboundedSender<HooksConfig>,
     task: JoinHandle<()>,
     shutdown_timeout: Duration,
 }
@@ -278,14 +296,23 @@ impl Hooks {
         resign: ResignHandle,
     ) -> Hooks {
         let (step_down, step_down_requests) = oneshot::channel();
+        let (reloads, reloaded) = mpsc::unbounded_channel();
         let shutdown_timeout = config.shutdown_timeout;
         let supervisor = Supervisor::new(config, context, status, resign);
-        let task = tokio::spawn(supervisor.run(events, step_down_requests));
+        let task = tokio::spawn(supervisor.run(events, step_down_requests, reloaded));
         Hooks {
             step_down: Some(step_down),
+            reloads,
             task,
             shutdown_timeout,
         }
+    }
+
+    /// Replaces the hook configuration. Runs from now on use the new one; processes
+    /// already running (a `leader_command` included) go on until they end or are stopped.
+    pub fn reload(&mut self, config: HooksConfig) {
+        self.shutdown_timeout = config.shutdown_timeout;
+        let _ = self.reloads.send(config);
     }
 
     /// For a stopping node: stops every leader-scoped process (SIGTERM, then SIGKILL after
@@ -461,7 +488,10 @@ impl Supervisor {
             return;
         };
         let Some(term) = self.leading else { return };
-        if self.stopping || self.command_run.is_some() {
+        // Not before this term's on_elected has finished.
+        let elected_pending = self.event_run_term == Some(term)
+            || self.queue.iter().any(|job| job.elected_term == Some(term));
+        if self.stopping || self.command_run.is_some() || elected_pending {
             return;
         }
         let mut env = self.env("leader_command", Role::Leader);
@@ -570,6 +600,7 @@ impl Supervisor {
         mut self,
         mut events: mpsc::UnboundedReceiver<RoleEvent>,
         step_down: oneshot::Receiver<oneshot::Sender<()>>,
+        mut reloads: mpsc::UnboundedReceiver<HooksConfig>,
     ) {
         tokio::pin!(step_down);
         let mut step_down_done: Option<oneshot::Sender<()>> = None;
@@ -583,6 +614,12 @@ impl Supervisor {
                     Some(event) => self.on_event(event),
                     None => break,
                 },
+                Some(config) = reloads.recv() => {
+                    info!("hooks reloaded");
+                    self.config = config;
+                    // A leader_command added by the reload starts now.
+                    self.start_leader_command();
+                }
                 done = &mut step_down, if step_down_done.is_none() && !self.stopping => {
                     let Ok(done) = done else { continue };
                     self.begin_step_down();

@@ -171,6 +171,8 @@ fn to_lease_row(row: &Row, now: Instant) -> LeaseRow {
         term: row.term,
         lease: row.lease,
         age: now.saturating_duration_since(row.renewed_at),
+        // One clock for everything here.
+        clock_offset_us: Some(0),
     }
 }
 

@@ -30,6 +30,9 @@ pub struct LeaseRow {
     pub lease: Duration,
     /// Time since the last renewal, by the database clock.
     pub age: Duration,
+    /// The database clock minus this host's wall clock, in microseconds, estimated at the
+    /// middle of the read (`None` where it cannot be measured).
+    pub clock_offset_us: Option<i64>,
 }
 
 impl LeaseRow {

@@ -13,7 +13,7 @@ use diesel_async::{
     SimpleAsyncConnection, sync_connection_wrapper::SyncConnectionWrapper,
 };
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::{LeaseRow, StoreError};
 use crate::config::{Backend, DatabaseUrl};
@@ -41,7 +41,8 @@ struct Dialect {
 
 const POSTGRES: Dialect = Dialect {
     get: r#"SELECT container_id, term, lease_ms,
-                   (EXTRACT(EPOCH FROM (clock_timestamp() - "timestamp")) * 1000)::BIGINT AS age_ms
+                   (EXTRACT(EPOCH FROM (clock_timestamp() - "timestamp")) * 1000)::BIGINT AS age_ms,
+                   (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT AS now_us
             FROM service_leader_lock WHERE name = $1"#,
     ensure_row: r#"INSERT INTO service_leader_lock (name, container_id, "timestamp", term, lease_ms)
                    VALUES ($1, NULL, clock_timestamp(), 0, 0)
@@ -74,7 +75,8 @@ const POSTGRES: Dialect = Dialect {
 // every check here wants.
 const MYSQL: Dialect = Dialect {
     get: "SELECT container_id, term, lease_ms,
-                 CAST(TIMESTAMPDIFF(MICROSECOND, `timestamp`, NOW(6)) DIV 1000 AS SIGNED) AS age_ms
+                 CAST(TIMESTAMPDIFF(MICROSECOND, `timestamp`, NOW(6)) DIV 1000 AS SIGNED) AS age_ms,
+                 CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED) AS now_us
           FROM service_leader_lock WHERE name = ?",
     // Not `on_conflict_do_nothing()`: on MariaDB that becomes ON DUPLICATE KEY UPDATE and
     // reports a row even when the key existed.
@@ -102,7 +104,8 @@ const MYSQL: Dialect = Dialect {
 // 'now' is fixed for the duration of one statement.
 const SQLITE: Dialect = Dialect {
     get: r#"SELECT container_id, term, lease_ms,
-                   CAST(ROUND((julianday('now') - julianday("timestamp")) * 86400000.0) AS INTEGER) AS age_ms
+                   CAST(ROUND((julianday('now') - julianday("timestamp")) * 86400000.0) AS INTEGER) AS age_ms,
+                   CAST(ROUND((julianday('now') - 2440587.5) * 86400000000.0) AS INTEGER) AS now_us
             FROM service_leader_lock WHERE name = ?"#,
     ensure_row: r#"INSERT OR IGNORE INTO service_leader_lock (name, container_id, "timestamp", term, lease_ms)
                    VALUES (?, NULL, strftime('%Y-%m-%d %H:%M:%f', 'now'), 0, 0)"#,
@@ -133,6 +136,8 @@ struct RowSql {
     lease_ms: i64,
     #[diesel(sql_type = BigInt)]
     age_ms: i64,
+    #[diesel(sql_type = BigInt)]
+    now_us: i64,
 }
 
 /// One open connection to whichever backend the URL names.
@@ -175,6 +180,13 @@ where
         .run_pending_migrations(migrations)
         .map_err(StoreError::Migration)?;
     Ok(harness.into_inner())
+}
+
+fn unix_us(time: SystemTime) -> i64 {
+    match time.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(since) => since.as_micros() as i64,
+        Err(before) => -(before.duration().as_micros() as i64),
+    }
 }
 
 fn ms(duration: Duration) -> i64 {
@@ -281,17 +293,20 @@ impl DbConnection {
     }
 
     pub async fn get(&mut self, name: &str) -> Result<Option<LeaseRow>, StoreError> {
+        let sent = unix_us(SystemTime::now());
         let rows: Vec<RowSql> = on_connection!(self, |c, d| {
             diesel::sql_query(d.get)
                 .bind::<Text, _>(name)
                 .load(c)
                 .await?
         });
+        let middle = sent + (unix_us(SystemTime::now()) - sent) / 2;
         Ok(rows.into_iter().next().map(|row| LeaseRow {
             holder: row.container_id,
             term: row.term,
             lease: Duration::from_millis(row.lease_ms.max(0) as u64),
             age: Duration::from_millis(row.age_ms.max(0) as u64),
+            clock_offset_us: Some(row.now_us - middle),
         }))
     }
 

@@ -1,0 +1,445 @@
+//! Running it where it lives: the systemd notify protocol on a real datagram socket,
+//! SIGHUP reloads, `status --local` exit codes, the HTTP endpoints, and the deployment
+//! files (systemd unit, Kubernetes manifests) checked offline.
+
+#[macro_use]
+mod common;
+
+use common::{
+    Backend, Node, NodeSettings, Sampler, TestDb, leaderd, lines_of, script, wait_agreed,
+};
+use nix::sys::signal::Signal;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Collects notify messages from a socket given to leaderd as NOTIFY_SOCKET.
+struct NotifySocket {
+    socket: UnixDatagram,
+    seen: Vec<String>,
+}
+
+impl NotifySocket {
+    fn bind(dir: &Path) -> (NotifySocket, String) {
+        let path = dir.join("notify.sock");
+        let socket = UnixDatagram::bind(&path).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let socket = NotifySocket {
+            socket,
+            seen: Vec::new(),
+        };
+        (socket, path.to_str().unwrap().to_owned())
+    }
+
+    /// Reads messages until one contains `wanted` (each message is one datagram, with
+    /// newline-separated assignments); returns it.
+    async fn until(&mut self, wanted: &str, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        let mut buffer = [0u8; 4096];
+        loop {
+            match self.socket.recv(&mut buffer) {
+                Ok(n) => {
+                    let message = String::from_utf8_lossy(&buffer[..n]).into_owned();
+                    self.seen.push(message.clone());
+                    if message.lines().any(|l| l == wanted) {
+                        return message;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("notify socket: {e}"),
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {wanted} within {limit:?}; saw {:?}",
+                self.seen
+            );
+            tokio::task::yield_now().await;
+        }
+    }
+
+    fn position(&self, wanted: &str) -> Option<usize> {
+        self.seen
+            .iter()
+            .position(|m| m.lines().any(|l| l == wanted))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn systemd_hears_ready_status_watchdog_reloading_and_stopping_in_order() {
+    let db = TestDb::new(Backend::Sqlite);
+    let (mut notify, path) = NotifySocket::bind(&db.dir);
+    let settings = NodeSettings::default();
+    let mut node = Node::start_with_env(
+        &db,
+        &settings,
+        "a",
+        &db.url,
+        &[("NOTIFY_SOCKET", &path), ("WATCHDOG_USEC", "1000000")],
+    );
+    let ready = notify.until("READY=1", Duration::from_secs(15)).await;
+    assert!(
+        ready.contains("STATUS=leader (term 1)") || ready.contains("STATUS=follower"),
+        "READY comes with the first round's status: {ready:?}"
+    );
+    if !ready.contains("STATUS=leader (term 1)") {
+        notify
+            .until("STATUS=leader (term 1)", Duration::from_secs(5))
+            .await;
+    }
+    // At most one ping per quarter of WatchdogSec, and only for completed rounds.
+    notify.until("WATCHDOG=1", Duration::from_secs(5)).await;
+    notify.until("WATCHDOG=1", Duration::from_secs(5)).await;
+
+    node.signal(Signal::SIGHUP);
+    notify.until("RELOADING=1", Duration::from_secs(5)).await;
+    let reloaded = notify.until("READY=1", Duration::from_secs(5)).await;
+    assert!(reloaded.contains("STATUS=leader"), "{reloaded:?}");
+
+    node.signal(Signal::SIGTERM);
+    notify.until("STOPPING=1", Duration::from_secs(5)).await;
+    assert_eq!(node.wait_exit(Duration::from_secs(5)).await, Some(0));
+    let first_ready = notify.position("READY=1").unwrap();
+    let first_ping = notify.position("WATCHDOG=1").unwrap();
+    let stopping = notify.position("STOPPING=1").unwrap();
+    assert!(
+        first_ready < first_ping && first_ping < stopping,
+        "{:?}",
+        notify.seen
+    );
+    assert_eq!(
+        stopping,
+        notify.seen.len() - 1,
+        "nothing after STOPPING: {:?}",
+        notify.seen
+    );
+}
+
+/// Appends "VERSION NANOS" to while_leader.log.
+const RECORD: &str = r#"#!/bin/sh
+echo "$1 $(date +%s%N)" >> "$RECORD_DIR/while_leader.log"
+"#;
+
+fn hooks_file(db: &TestDb, version: &str) -> String {
+    let record = db.dir.join("record.sh");
+    format!(
+        "[log]\nlevel = \"info\"\n[hooks]\nwhile_leader = [\"{}\", \"{version}\"]\n",
+        record.display()
+    )
+}
+
+/// Waits for a while_leader run that recorded `version`; returns when it ran (ns).
+async fn wait_for_run(db: &TestDb, version: &str, after: u128) -> u128 {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let runs: Vec<u128> = lines_of(&db.dir, "while_leader.log")
+            .iter()
+            .filter_map(|line| {
+                let (v, at) = line.split_once(' ')?;
+                (v == version).then(|| at.parse().ok())?
+            })
+            .filter(|&at| at > after)
+            .collect();
+        if let Some(&at) = runs.first() {
+            return at;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no while_leader run of {version}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_reloads_hooks_and_a_broken_file_is_rejected_without_stopping() {
+    let db = TestDb::new(Backend::Sqlite);
+    script(&db.dir, "record.sh", RECORD);
+    let file = db.dir.join("leaderd.toml");
+    std::fs::write(&file, hooks_file(&db, "v1")).unwrap();
+    let settings = NodeSettings {
+        config_file: Some(file.clone()),
+        ..NodeSettings::default()
+    };
+    let mut node = Node::start_with_env(
+        &db,
+        &settings,
+        "a",
+        &db.url,
+        &[("RECORD_DIR", db.dir.to_str().unwrap())],
+    );
+    wait_for_run(&db, "v1", 0).await;
+
+    std::fs::write(&file, hooks_file(&db, "v2")).unwrap();
+    let reloaded_at = common::now_ns();
+    node.signal(Signal::SIGHUP);
+    wait_for_run(&db, "v2", reloaded_at).await;
+
+    std::fs::write(&file, "[hooks\nwhile_leader = [").unwrap();
+    let broken_at = common::now_ns();
+    node.signal(Signal::SIGHUP);
+    // Still running, still leading, still running the v2 hook.
+    wait_for_run(&db, "v2", broken_at).await;
+    let after_broken = common::now_ns();
+    wait_for_run(&db, "v2", after_broken).await;
+    assert!(node.status().unwrap().is_leader());
+    let log = node.log();
+    assert!(
+        log.contains("configuration reload rejected, the running configuration stays in force"),
+        "{log}"
+    );
+    assert!(
+        !lines_of(&db.dir, "while_leader.log")
+            .iter()
+            .any(|l| l.starts_with("v1 ")
+                && l[3..].parse::<u128>().unwrap() > reloaded_at + 1_500_000_000),
+        "v1 ran long after the reload"
+    );
+    node.signal(Signal::SIGTERM);
+    assert_eq!(node.wait_exit(Duration::from_secs(5)).await, Some(0));
+}
+
+fn status_local(node: &Node, json: bool) -> (i32, String) {
+    let mut command = leaderd();
+    command
+        .args(["status", "--local"])
+        .env("LEADERD_STATUS__PATH", &node.status_path);
+    if json {
+        command.arg("--json");
+    }
+    let output = command.output().unwrap();
+    (
+        output.status.code().unwrap(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_local_exit_codes_follow_the_status_file() {
+    let db = TestDb::new(Backend::Sqlite);
+    let settings = NodeSettings::default();
+    let nodes = [
+        Node::start(&db, &settings, "a", &db.url),
+        Node::start(&db, &settings, "b", &db.url),
+    ];
+    let all: Vec<&Node> = nodes.iter().collect();
+    let mut sampler = Sampler::new();
+    let (leader_id, term) = wait_agreed(&mut sampler, &all).await;
+    let leader = nodes.iter().find(|n| n.id == leader_id).unwrap();
+    let follower = nodes.iter().find(|n| n.id != leader_id).unwrap();
+
+    let (code, text) = status_local(leader, false);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(
+        text.trim(),
+        format!("leader (leader {leader_id}, term {term})")
+    );
+    let (code, text) = status_local(follower, true);
+    assert_eq!(code, 1, "{text}");
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["role"], "follower");
+
+    // A killed leader's file stays behind but goes stale at its valid_until.
+    leader.signal(Signal::SIGKILL);
+    let valid_until = leader.status().unwrap().valid_until;
+    while std::time::SystemTime::now() <= valid_until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (code, text) = status_local(leader, false);
+    assert_eq!(code, 3, "{text}");
+    assert!(text.contains("stale"), "{text}");
+
+    let mut missing = leaderd();
+    let output = missing
+        .args(["status", "--local"])
+        .env("LEADERD_STATUS__PATH", db.dir.join("nothing.json"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("cannot read status file"));
+}
+
+/// A port free right now (the test binds it and lets it go).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One plain HTTP/1.0 GET: (status code, headers and body as text).
+fn get(port: u16, path: &str) -> (u16, String) {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let code = response
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not HTTP: {response:?}"));
+    (code, response)
+}
+
+async fn http_endpoints_answer_by_role(backend: Backend) {
+    let db = TestDb::new(backend);
+    let settings = NodeSettings::default();
+    let ports = [free_port(), free_port()];
+    let nodes: Vec<Node> = ["a", "b"]
+        .iter()
+        .zip(ports)
+        .map(|(id, port)| {
+            let listen = format!("127.0.0.1:{port}");
+            Node::start_with_env(
+                &db,
+                &settings,
+                id,
+                &db.url,
+                &[("LEADERD_HTTP__LISTEN", &listen)],
+            )
+        })
+        .collect();
+    let all: Vec<&Node> = nodes.iter().collect();
+    let mut sampler = Sampler::new();
+    let (leader_id, term) = wait_agreed(&mut sampler, &all).await;
+    // A few rounds, so that round trips have been measured.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    for (node, port) in nodes.iter().zip(ports) {
+        let leads = node.id == leader_id;
+        let (code, body) = get(port, "/leader");
+        assert_eq!(code, if leads { 200 } else { 503 }, "{}: {body}", node.id);
+
+        let (code, body) = get(port, "/status");
+        assert_eq!(code, 200);
+        let json: serde_json::Value =
+            serde_json::from_str(body.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        assert_eq!(json["role"], if leads { "leader" } else { "follower" });
+        assert_eq!(json["leader"], leader_id.as_str());
+        assert_eq!(json["term"], term);
+
+        let (code, body) = get(port, "/metrics");
+        assert_eq!(code, 200);
+        assert!(body.contains("application/openmetrics-text"), "{body}");
+        for line in [
+            format!("leaderd_is_leader {}", leads as i32),
+            format!("leaderd_term {term}"),
+        ] {
+            assert!(body.contains(&line), "{}: no {line:?} in\n{body}", node.id);
+        }
+        let histogram = if leads {
+            "leaderd_renew_round_trip_seconds_count"
+        } else {
+            "leaderd_read_round_trip_seconds_count"
+        };
+        let count: u64 = body
+            .lines()
+            .find_map(|l| l.strip_prefix(histogram))
+            .and_then(|rest| rest.trim().parse().ok())
+            .unwrap_or(0);
+        assert!(count >= 1, "{}: {histogram} is {count}", node.id);
+        if leads {
+            assert!(body.contains("leaderd_leadership_transitions_total{direction=\"elected\"} 1"));
+        } else {
+            assert!(
+                body.contains("leaderd_database_clock_offset_seconds"),
+                "{body}"
+            );
+        }
+    }
+    let (code, _) = get(ports[0], "/nothing");
+    assert_eq!(code, 404);
+}
+
+backend_tests!(postgres = Backend::Postgres => http_endpoints_answer_by_role);
+backend_tests!(sqlite = Backend::Sqlite => http_endpoints_answer_by_role);
+
+#[test]
+fn the_systemd_unit_passes_systemd_analyze_verify() {
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/systemd/leaderd.service"
+    ))
+    .unwrap();
+    assert!(unit.contains("Type=notify") && unit.contains("WatchdogSec="));
+    assert!(unit.contains("ExecReload=/bin/kill -HUP $MAINPID"));
+    // The installed path does not exist here: point the unit at the binary under test.
+    let dir = tempdir("unit");
+    let path = dir.join("leaderd.service");
+    std::fs::write(
+        &path,
+        unit.replace("/usr/local/bin/leaderd", env!("CARGO_BIN_EXE_leaderd")),
+    )
+    .unwrap();
+    let output = std::process::Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze is installed");
+    assert!(
+        output.status.success() && output.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn tempdir(prefix: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(common::unique(prefix));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The validator scripts/test.sh installs (Kubernetes schemas bundled, no cluster needed).
+fn kubernetes_validate() -> std::process::Command {
+    let tool = std::env::var("LEADERD_KUBERNETES_VALIDATE").unwrap_or_else(|_| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/target/tools/venv/bin/kubernetes-validate"
+        )
+        .into()
+    });
+    assert!(
+        Path::new(&tool).exists(),
+        "{tool} missing: scripts/test.sh installs it (pip install kubernetes-validate)"
+    );
+    let mut command = std::process::Command::new(tool);
+    command.arg("--strict");
+    command
+}
+
+#[test]
+fn the_kubernetes_manifests_pass_the_schema_check() {
+    let manifest = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/kubernetes/leaderd.yaml"
+    );
+    let output = kubernetes_validate().arg(manifest).output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{text}");
+    for resource in [
+        "configmap/leaderd",
+        "deployment/leaderd",
+        "service/leaderd-leader",
+    ] {
+        assert!(
+            text.contains(&format!("passed for resource {resource}")),
+            "{text}"
+        );
+    }
+    // The check can fail: a misspelt field is refused.
+    let broken = tempdir("manifest").join("broken.yaml");
+    let original = std::fs::read_to_string(manifest).unwrap();
+    std::fs::write(
+        &broken,
+        original.replace("terminationGracePeriodSeconds", "terminationGracePeriod"),
+    )
+    .unwrap();
+    let output = kubernetes_validate().arg(&broken).output().unwrap();
+    assert!(!output.status.success(), "a misspelt field passed");
+}
