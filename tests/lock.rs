@@ -199,6 +199,11 @@ async fn with_wait_all_five_run_in_turn_without_overlap(backend: Backend) {
         })
         .collect();
     assert_eq!(runs.len(), 5, "{records:?}");
+    let gaps: Vec<u128> = runs
+        .windows(2)
+        .map(|pair| pair[1].0.at.saturating_sub(pair[0].1.at) / 1_000_000)
+        .collect();
+    eprintln!("[measured] {backend:?}: --wait handovers, job end to next job start: {gaps:?} ms");
     for pair in runs.windows(2) {
         let ((_, earlier_end), (later_start, _)) = (pair[0], pair[1]);
         assert!(earlier_end.at < later_start.at, "runs overlap: {records:?}");
