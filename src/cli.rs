@@ -97,7 +97,7 @@ enum Command {
     #[command(name = "hook-guard", hide = true)]
     HookGuard {
         daemon_pid: i32,
-        /// Enforce this kill deadline (CLOCK_MONOTONIC ns) and newer ones read from descriptor 3.
+        /// Enforce this kill deadline (CLOCK_BOOTTIME ns) and newer ones read from descriptor 3.
         #[arg(long)]
         fence_until: Option<u64>,
         #[arg(last = true, required = true)]
@@ -256,8 +256,11 @@ async fn lock(
 ) -> anyhow::Result<ExitCode> {
     // Installed first: a signal while waiting ends the wait, and later ones reach COMMAND.
     let mut signals = signals::forwarded_signals().context("cannot install signal handlers")?;
-    // Unique per invocation: two `leaderd lock` on one host are two holders.
-    let holder = format!("{}:{}", config.node_id, std::process::id());
+    // Unique per invocation: two `leaderd lock` on one host are two holders. Ids are at
+    // most 100 characters; a long node id gives way to the pid.
+    let pid = format!(":{}", std::process::id());
+    let node: String = config.node_id.chars().take(100 - pid.len()).collect();
+    let holder = format!("{node}{pid}");
     let options = match LockOptions::new(name, ttl).and_then(|o| o.holder(&holder)) {
         Ok(options) => options,
         Err(error) => {
@@ -266,15 +269,27 @@ async fn lock(
         }
     };
     let renew_every = options.renewal_interval();
-    let acquired = tokio::select! {
-        acquired = options.acquire(store(&config, config.migrate), wait.unwrap_or_default()) => acquired,
-        Some(signal) = signals.recv() => {
+    let mut interrupted = None;
+    let interrupt = async {
+        interrupted = signals.recv().await;
+        if interrupted.is_none() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let acquired = options
+        .acquire_unless(
+            store(&config, config.migrate),
+            wait.unwrap_or_default(),
+            interrupt,
+        )
+        .await;
+    let guard = match acquired {
+        Ok(guard) => guard,
+        Err(LockError::Cancelled { .. }) => {
+            let signal = interrupted.expect("cancelled by a signal");
             eprintln!("leaderd: {signal} while waiting for lock {name:?}; not running the command");
             return Ok(ExitCode::from(128 + signal as u8));
         }
-    };
-    let guard = match acquired {
-        Ok(guard) => guard,
         Err(error @ LockError::Held { .. }) => {
             eprintln!("leaderd: {error}");
             return Ok(ExitCode::from(EXIT_LOCK_HELD));
@@ -284,6 +299,12 @@ async fn lock(
             return Ok(ExitCode::from(EXIT_UNAVAILABLE));
         }
     };
+    if let Some(signal) = interrupted {
+        // It came as the lock was taken: honour it rather than lose it.
+        let _ = guard.release().await;
+        eprintln!("leaderd: {signal} while taking lock {name:?}; not running the command");
+        return Ok(ExitCode::from(128 + signal as u8));
+    }
     info!(
         lock = name,
         holder,
@@ -311,7 +332,14 @@ async fn lock(
     }
     use std::os::unix::process::ExitStatusExt;
     match ran.status {
-        _ if ran.fenced || ran.status.is_none() && !still_held => {
+        None if !still_held => {
+            eprintln!(
+                "leaderd: lost lock {name:?} (term {term}) before the command could start: \
+                 the database did not take a renewal in time"
+            );
+            Ok(ExitCode::from(EXIT_LOCK_LOST))
+        }
+        _ if ran.fenced => {
             eprintln!(
                 "leaderd: lost lock {name:?} (term {term}): the database did not take a renewal \
                  in time, so the command was stopped before the lease could lapse and another \
@@ -324,7 +352,7 @@ async fn lock(
             (None, Some(signal)) => 128 + signal as u8,
             _ => 1,
         })),
-        None => anyhow::bail!("could not start {program:?}"),
+        None => anyhow::bail!("could not start {program:?} (the reason is logged above)"),
     }
 }
 

@@ -333,6 +333,8 @@ pub struct Election<S> {
     claims: ClaimGate,
     /// Claim no more once the first term held has ended (see [`Election::single_term`]).
     single_term: bool,
+    /// Ask the store for release notifications (see [`Election::poll_only`]).
+    listen_for_releases: bool,
 }
 
 /// Asks a running election to give up leadership: it stops acting as leader, releases the
@@ -473,6 +475,7 @@ impl<S: LeaseStore> Election<S> {
                 renew: None,
                 claims: ClaimGate::default(),
                 single_term: false,
+                listen_for_releases: true,
             },
             receiver,
         )
@@ -507,6 +510,12 @@ impl<S: LeaseStore> Election<S> {
         self.machine.observers.push(observer);
     }
 
+    /// Does without release notifications (an election that will not wait for a lease
+    /// need not hold a listening connection).
+    pub fn poll_only(&mut self) {
+        self.listen_for_releases = false;
+    }
+
     /// The node's role changes from now on, in order.
     pub fn events(&mut self) -> mpsc::UnboundedReceiver<RoleEvent> {
         let (sender, receiver) = mpsc::unbounded_channel();
@@ -526,9 +535,13 @@ impl<S: LeaseStore> Election<S> {
             mut renew,
             claims,
             single_term,
+            listen_for_releases,
         } = self;
         tokio::pin!(shutdown);
-        let mut releases = store.release_notifications(&settings.name);
+        let mut releases = match listen_for_releases {
+            true => store.release_notifications(&settings.name),
+            false => None,
+        };
         let mut next_round = Instant::now();
         let mut held_at_stop = None;
         'rounds: loop {
@@ -599,7 +612,11 @@ impl<S: LeaseStore> Election<S> {
                     result = &mut attempt => break result,
                 }
             };
-            next_round = machine.apply(result, started);
+            next_round = machine.apply(result, started, may_claim);
+            if single_term && machine.held_any {
+                // A lock that was held will not be waited for again.
+                releases = None;
+            }
             machine.answer_renewals();
         }
         let held = held_at_stop.or(machine.hold.term());
@@ -677,9 +694,10 @@ impl Machine {
         &mut self,
         result: Result<(Outcome, Duration), RoundError>,
         started: Instant,
+        may_claim: bool,
     ) -> Instant {
         if self.observers.is_empty() {
-            return self.fold(result, started);
+            return self.fold(result, started, may_claim);
         }
         let mut report = RoundReport::default();
         match &result {
@@ -706,7 +724,7 @@ impl Machine {
                 }
             }
         }
-        let next = self.fold(result, started);
+        let next = self.fold(result, started, may_claim);
         self.rounds_completed += 1;
         report.completed = self.rounds_completed;
         for observer in &self.observers {
@@ -715,10 +733,13 @@ impl Machine {
         next
     }
 
+    /// `may_claim`: whether this node may take the lease now; if not, nothing is gained
+    /// by polling sooner than the regular poll.
     fn fold(
         &mut self,
         result: Result<(Outcome, Duration), RoundError>,
         started: Instant,
+        may_claim: bool,
     ) -> Instant {
         let settings = Arc::clone(&self.settings);
         let now = Instant::now();
@@ -834,6 +855,7 @@ impl Machine {
                 self.publish(Role::Follower, leader, term);
                 let next_poll = (started + settings.poll).max(now);
                 match (&self.hold, &row) {
+                    _ if !may_claim => next_poll,
                     (Hold::Lapsed { .. }, _) => now,
                     // Poll again right when the lease can lapse, if that is before the
                     // next regular poll.

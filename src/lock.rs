@@ -92,6 +92,8 @@ pub enum LockError {
     Unavailable { name: String, error: String },
     #[error("lock {name:?} was lost in term {term}: its lease was not renewed in time")]
     Lost { name: String, term: i64 },
+    #[error("gave up waiting for lock {name:?}")]
+    Cancelled { name: String },
     #[error("lock {what} {value:?}: {reason}")]
     Invalid {
         what: &'static str,
@@ -247,17 +249,37 @@ impl LockOptions {
         self.acquire(store, Duration::ZERO).await
     }
 
-    /// Takes the lock, waiting up to `wait` for it to come free. A waiter reads the row
-    /// at least every renewal interval (and every second at most), and at the moment the
-    /// holder's lease can lapse.
+    /// Takes the lock, waiting up to `wait` for it to come free (`Duration::MAX`: for as
+    /// long as it takes). A waiter reads the row at least every renewal interval (and
+    /// every second at most), at the moment the holder's lease can lapse, and at once when
+    /// the holder releases it where the store can tell (PostgreSQL).
     pub async fn acquire<S>(self, store: S, wait: Duration) -> Result<LockGuard, LockError>
     where
         S: LeaseStore + Send + 'static,
     {
+        self.acquire_unless(store, wait, std::future::pending())
+            .await
+    }
+
+    /// [`LockOptions::acquire`], given up with [`LockError::Cancelled`] when `cancel`
+    /// completes first (a signal, say). A claim that was on its way by then is released
+    /// before this returns, so a cancelled attempt never leaves the lock held.
+    pub async fn acquire_unless<S>(
+        self,
+        store: S,
+        wait: Duration,
+        cancel: impl std::future::Future<Output = ()>,
+    ) -> Result<LockGuard, LockError>
+    where
+        S: LeaseStore + Send + 'static,
+    {
         let started = Instant::now();
-        let give_up_at = started + wait;
+        let give_up_at = started.checked_add(wait);
         let (mut election, mut status) = Election::new(self.settings(), store);
         election.single_term();
+        if wait.is_zero() {
+            election.poll_only();
+        }
         let renew = election.renew_handle();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(election.run(async move {
@@ -273,10 +295,16 @@ impl LockOptions {
             task: Some(task),
         };
         let mut refusal: Option<LockError> = None;
+        let mut cancelled = false;
+        tokio::pin!(cancel);
         loop {
             let round = tokio::select! {
                 changed = status.changed() => changed,
-                _ = sleep_until(give_up_at), if refusal.is_some() => break,
+                _ = sleep_until(give_up_at.unwrap_or(started)), if refusal.is_some() && give_up_at.is_some() => break,
+                _ = &mut cancel => {
+                    cancelled = true;
+                    break;
+                }
             };
             if round.is_err() {
                 break;
@@ -305,7 +333,7 @@ impl LockOptions {
                     term,
                     leader_lease_until,
                     ..
-                } => {
+                } if holder != self.holder => {
                     refusal = Some(LockError::Held {
                         name: self.name.clone(),
                         holder,
@@ -320,12 +348,15 @@ impl LockOptions {
                 // round decides.
                 _ => {}
             }
-            if refusal.is_some() && Instant::now() >= give_up_at {
+            if refusal.is_some() && give_up_at.is_some_and(|at| Instant::now() >= at) {
                 break;
             }
         }
         // Stop the election (releasing a claim that was still in flight) before failing.
         let _ = guard.release().await;
+        if cancelled {
+            return Err(LockError::Cancelled { name: self.name });
+        }
         Err(match refusal {
             Some(LockError::Held {
                 name,
@@ -418,8 +449,11 @@ impl LockGuard {
         self.status.clone()
     }
 
-    /// Releases the lock and stops renewing it. `Ok(false)`: it was no longer ours (it had
-    /// been lost). An error means it could not be released; it lapses by itself.
+    /// Stops renewing the lock and gives the row up if it still names this holder in this
+    /// term (also after the lock was lost, if nobody took it since): `Ok(true)`. `Ok(false)`:
+    /// another holder has it by now. An error means it could not be released; the lease
+    /// lapses by itself. Whether the lock was lost before is [`LockGuard::is_held`]'s to
+    /// say, before this call.
     pub async fn release(mut self) -> Result<bool, LockError> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());

@@ -133,7 +133,7 @@ async fn exit_code(child: &mut Child, limit: Duration) -> i32 {
 async fn only_one_of_five_runs_and_the_others_exit_75_at_once(backend: Backend) {
     let setup = Setup::new(backend);
     let children = (0..5).map(|_| {
-        let mut child = setup.lock(&setup.db.url, &[], &setup.job("4"));
+        let mut child = setup.lock(&setup.db.url, &[], &setup.job("6"));
         async move {
             (
                 exit_code(&mut child, Duration::from_secs(30)).await,
@@ -152,7 +152,7 @@ async fn only_one_of_five_runs_and_the_others_exit_75_at_once(backend: Backend) 
         .iter()
         .find(|r| r.event == "end")
         .expect("the job ended");
-    // Refused at once: while the one run (4 s) was still going.
+    // Refused at once: while the one run (6 s) was still going.
     for (_, exited_at) in exits.iter().filter(|(code, _)| *code == HELD) {
         assert!(
             *exited_at < end.at,

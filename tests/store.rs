@@ -230,6 +230,7 @@ async fn a_release_notifies_where_the_backend_can_tell(backend: Backend) {
     }
     holder.ensure_row("notified").await.unwrap();
     assert!(holder.claim("notified", "a", TTL, 0).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(woken.try_recv().is_err(), "a claim is not a release");
     let released_at = Instant::now();
     assert!(holder.release("notified", "a", 1).await.unwrap());

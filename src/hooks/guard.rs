@@ -7,7 +7,7 @@
 //! included, so no leader-only work outlives the daemon whose lease it ran under.
 //!
 //! For leader-scoped hooks (`--fence-until=NS`) the guard also enforces the lease on its
-//! own: it starts nothing once NS (CLOCK_MONOTONIC nanoseconds) has passed, leaderd writes
+//! own: it starts nothing once NS (CLOCK_BOOTTIME nanoseconds) has passed, leaderd writes
 //! each newer kill deadline to a pipe on the guard's descriptor 3 (one per line), and the
 //! guard kills the group when the latest deadline passes, or when the pipe closes. The
 //! program gets the guard's stdin, stdout and stderr as they are.
@@ -16,7 +16,13 @@
 //! process. leaderd starts hooks from tokio worker threads, which live as long as the
 //! daemon's runtime; the fence pipe closing covers the process dying in any case. The
 //! deadline holds even while leaderd itself is frozen (SIGSTOP, a paused VM), when its own
-//! timers cannot fire.
+//! timers cannot fire, and across a suspend of the host: deadlines are CLOCK_BOOTTIME,
+//! which (unlike CLOCK_MONOTONIC) counts the time the host was asleep, as the database's
+//! clock did.
+//!
+//! A program whose stdin is a terminal (`leaderd lock` run by hand) gets the terminal's
+//! foreground: the guard's group is a background group otherwise, and the program would be
+//! stopped the moment it read from the terminal. The terminal goes back to leaderd after.
 
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::sys::signal::{Signal, killpg};
@@ -73,12 +79,13 @@ pub fn run(daemon_pid: i32, fence_until: Option<u64>, argv: &[String]) -> ExitCo
             let _ = killpg(group, Signal::SIGKILL);
             return ExitCode::from(126);
         }
-        if monotonic_ns() >= first {
+        if boottime_ns() >= first {
             eprintln!("leaderd hook-guard: the lease ended before the hook could start");
             return ExitCode::from(125);
         }
         watch_fence(group, first, std::fs::File::from(pipe));
     }
+    let terminal = take_terminal(group);
     let mut child = match std::process::Command::new(program).args(args).spawn() {
         Ok(child) => child,
         Err(error) => {
@@ -86,7 +93,11 @@ pub fn run(daemon_pid: i32, fence_until: Option<u64>, argv: &[String]) -> ExitCo
             return ExitCode::from(127);
         }
     };
-    match child.wait() {
+    let waited = child.wait();
+    if terminal {
+        give_terminal_back(daemon_pid);
+    }
+    match waited {
         Ok(status) => match (status.code(), status.signal()) {
             (Some(code), _) => ExitCode::from(code as u8),
             (None, Some(signal)) => {
@@ -99,6 +110,32 @@ pub fn run(daemon_pid: i32, fence_until: Option<u64>, argv: &[String]) -> ExitCo
         Err(_) => ExitCode::FAILURE,
     }
 }
+
+/// Makes `group` the foreground of the terminal on stdin, if there is one; returns
+/// whether it did.
+fn take_terminal(group: nix::unistd::Pid) -> bool {
+    use std::io::IsTerminal;
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        return false;
+    }
+    // A background group changing the foreground gets SIGTTOU unless it blocks it; the
+    // program started below gets an empty signal mask back.
+    let mut ttou = nix::sys::signal::SigSet::empty();
+    ttou.add(Signal::SIGTTOU);
+    let _ = ttou.thread_block();
+    nix::unistd::tcsetpgrp(&stdin, group).is_ok()
+}
+
+fn give_terminal_back(daemon_pid: i32) {
+    if let Ok(daemon_group) = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(daemon_pid))) {
+        let _ = nix::unistd::tcsetpgrp(std::io::stdin(), daemon_group);
+    }
+}
+
+/// How long the fence watcher sleeps at most between looks at the clock: a condition
+/// variable's timeout runs on CLOCK_MONOTONIC, which stands still while the host sleeps.
+const FENCE_LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Kills the group when the latest deadline read from `pipe` passes, or the pipe closes.
 fn watch_fence(group: nix::unistd::Pid, first: u64, pipe: std::fs::File) {
@@ -126,12 +163,12 @@ fn watch_fence(group: nix::unistd::Pid, first: u64, pipe: std::fs::File) {
             match *current {
                 None => current = changed.wait(current).unwrap(),
                 Some(ns) => {
-                    let now = monotonic_ns();
+                    let now = boottime_ns();
                     if now >= ns {
                         let _ = killpg(group, Signal::SIGKILL);
                         return;
                     }
-                    let wait = std::time::Duration::from_nanos(ns - now);
+                    let wait = std::time::Duration::from_nanos(ns - now).min(FENCE_LOOK_EVERY);
                     current = changed.wait_timeout(current, wait).unwrap().0;
                 }
             }
@@ -139,9 +176,10 @@ fn watch_fence(group: nix::unistd::Pid, first: u64, pipe: std::fs::File) {
     });
 }
 
-/// CLOCK_MONOTONIC in nanoseconds: the same clock in every process of the host.
-pub fn monotonic_ns() -> u64 {
-    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .expect("CLOCK_MONOTONIC is available");
+/// CLOCK_BOOTTIME in nanoseconds: the same clock in every process of the host, and one
+/// that goes on while the host is suspended.
+pub fn boottime_ns() -> u64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .expect("CLOCK_BOOTTIME is available");
     now.tv_sec() as u64 * 1_000_000_000 + now.tv_nsec() as u64
 }

@@ -64,7 +64,7 @@ impl HookProcess {
         command
             .arg(guard::SUBCOMMAND)
             .arg(std::process::id().to_string())
-            .args(fence.map(|kill| format!("--fence-until={}", monotonic_at(kill))))
+            .args(fence.map(|kill| format!("--fence-until={}", boottime_at(kill))))
             .arg("--")
             .args(argv)
             .envs(env.iter().map(|(k, v)| (k, v)))
@@ -121,7 +121,7 @@ impl HookProcess {
         let Some(fence) = self.fence.as_mut() else {
             return;
         };
-        let line = format!("{}\n", monotonic_at(kill_at));
+        let line = format!("{}\n", boottime_at(kill_at));
         // A guard that stopped reading has exited along with its hook.
         if fence.write_all(line.as_bytes()).await.is_err() {
             self.fence = None;
@@ -144,10 +144,10 @@ impl HookProcess {
     }
 }
 
-/// A tokio instant as CLOCK_MONOTONIC nanoseconds, the clock the guard reads.
-fn monotonic_at(instant: Instant) -> u64 {
+/// A tokio instant as CLOCK_BOOTTIME nanoseconds, the clock the guard reads.
+fn boottime_at(instant: Instant) -> u64 {
     let ahead = instant.saturating_duration_since(Instant::now());
-    guard::monotonic_ns() + ahead.as_nanos() as u64
+    guard::boottime_ns() + ahead.as_nanos() as u64
 }
 
 async fn forward(hook: &'static str, stream: &'static str, output: impl AsyncRead + Unpin) {

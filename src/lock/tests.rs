@@ -143,7 +143,7 @@ async fn a_lock_is_lost_before_its_lease_can_lapse_and_never_retaken() {
     tokio::time::sleep(Duration::from_secs(12)).await;
     let last_renewal = Instant::now() - table.row(NAME).unwrap().age;
     store.set_faults(Faults {
-        hang: true,
+        fail: true,
         ..Faults::default()
     });
     guard.lost().await;
@@ -160,17 +160,60 @@ async fn a_lock_is_lost_before_its_lease_can_lapse_and_never_retaken() {
         Err(LockError::Lost { term: 1, .. })
     ));
 
-    // The database comes back: the guard does not quietly take the lock again.
+    // The database comes back while the row still names a: an election would take a new
+    // term at once; the lock does not, and it does not poll faster than once a second.
     store.set_faults(Faults::default());
-    let other = options("b")
-        .acquire(table.handle(), Duration::from_secs(60))
+    let before = store.operations();
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    assert!(!guard.is_held());
+    assert_eq!(table.row(NAME).unwrap().term, 1);
+    let reads = store.operations() - before;
+    assert!(reads <= 41, "{reads} operations in 40 s");
+
+    let other = options("b").try_acquire(table.handle()).await.unwrap();
+    assert_eq!(other.term(), 2);
+    assert!(!guard.is_held());
+    assert!(!guard.release().await.unwrap(), "the row is b's now");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_wait_releases_what_it_took() {
+    let table = MemoryStore::new();
+    let first = options("a").try_acquire(table.handle()).await.unwrap();
+    let slow = table.handle();
+    // b's claim takes effect 50 ms after it is sent, and is on its way when the wait is
+    // cancelled.
+    slow.set_faults(Faults {
+        latency: Duration::from_millis(50),
+        ..Faults::default()
+    });
+    let cancel = async {
+        tokio::time::sleep(Duration::from_secs(5) + Duration::from_millis(20)).await;
+    };
+    let waiter = tokio::spawn(options("b").acquire_unless(slow, Duration::MAX, cancel));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(first.release().await.unwrap());
+    let cancelled = waiter.await.unwrap().unwrap_err();
+    assert!(
+        matches!(cancelled, LockError::Cancelled { .. }),
+        "{cancelled:?}"
+    );
+    let row = table.row(NAME).unwrap();
+    assert_eq!(
+        (row.holder, row.term),
+        (None, 2),
+        "b's claim landed and was released"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiting_without_a_limit_is_allowed() {
+    let table = MemoryStore::new();
+    let guard = options("a")
+        .acquire(table.handle(), Duration::MAX)
         .await
         .unwrap();
-    assert_eq!(other.term(), 2);
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    assert!(!guard.is_held());
-    assert!(other.is_held());
-    assert!(!guard.release().await.unwrap(), "the row is b's now");
+    assert_eq!(guard.term(), 1);
 }
 
 #[tokio::test(start_paused = true)]
