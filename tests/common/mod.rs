@@ -19,6 +19,7 @@ macro_rules! backend_tests {
 }
 
 pub mod proxy;
+pub mod records;
 
 use diesel_async::{
     AsyncConnection, AsyncMysqlConnection, AsyncPgConnection, SimpleAsyncConnection,

@@ -14,6 +14,8 @@ pub enum Mode {
     Stall,
     /// Close every connection and every new one at once (the server went away).
     Drop,
+    /// Forward everything, each chunk this much later (added network latency).
+    Delay(std::time::Duration),
 }
 
 pub struct Proxy {
@@ -51,7 +53,7 @@ impl Drop for Proxy {
 async fn may_pass(mode: &mut watch::Receiver<Mode>) -> bool {
     loop {
         match *mode.borrow_and_update() {
-            Mode::Pass => return true,
+            Mode::Pass | Mode::Delay(_) => return true,
             Mode::Drop => return false,
             Mode::Stall => {}
         }
@@ -85,7 +87,14 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut mode: watch::
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        if !may_pass(&mut mode).await || to.write_all(&buffer[..n]).await.is_err() {
+        if !may_pass(&mut mode).await {
+            return;
+        }
+        let current = *mode.borrow();
+        if let Mode::Delay(delay) = current {
+            tokio::time::sleep(delay).await;
+        }
+        if to.write_all(&buffer[..n]).await.is_err() {
             return;
         }
     }
