@@ -159,6 +159,76 @@ pub struct RoundReport {
     pub error_kind: Option<&'static str>,
     /// The database clock minus the local wall clock, from a read (microseconds).
     pub clock_offset_us: Option<i64>,
+    /// Statements the round sent (1 in steady state, leader and follower alike).
+    pub statements: u64,
+}
+
+/// Counts the statements sent through a store, for [`RoundReport::statements`].
+struct Counting<S> {
+    inner: S,
+    sent: u64,
+}
+
+impl<S: LeaseStore> LeaseStore for Counting<S> {
+    fn get(
+        &mut self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<LeaseRow>, StoreError>> + Send {
+        self.sent += 1;
+        self.inner.get(name)
+    }
+
+    fn ensure_row(&mut self, name: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.sent += 1;
+        self.inner.ensure_row(name)
+    }
+
+    fn claim(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        expected_term: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.sent += 1;
+        self.inner.claim(name, holder, ttl, expected_term)
+    }
+
+    fn reacquire(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        term: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.sent += 1;
+        self.inner.reacquire(name, holder, ttl, term)
+    }
+
+    fn renew(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        term: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.sent += 1;
+        self.inner.renew(name, holder, ttl, term)
+    }
+
+    fn release(
+        &mut self,
+        name: &str,
+        holder: &str,
+        term: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.sent += 1;
+        self.inner.release(name, holder, term)
+    }
+
+    fn release_notifications(&self, name: &str) -> Option<mpsc::Receiver<()>> {
+        self.inner.release_notifications(name)
+    }
 }
 
 /// A consumer of [`RoundReport`]s (see [`Election::observe`]).
@@ -442,6 +512,8 @@ struct Machine {
     renewals: Vec<RenewRequest>,
     observers: Vec<RoundObserver>,
     rounds_completed: u64,
+    /// Statements the round being applied sent.
+    round_statements: u64,
 }
 
 impl<S: LeaseStore> Election<S> {
@@ -465,6 +537,7 @@ impl<S: LeaseStore> Election<S> {
             renewals: Vec::new(),
             observers: Vec::new(),
             rounds_completed: 0,
+            round_statements: 0,
         };
         (
             Election {
@@ -529,7 +602,7 @@ impl<S: LeaseStore> Election<S> {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Option<Result<bool, StoreError>> {
         let Election {
             settings,
-            mut store,
+            store,
             mut machine,
             mut resign,
             mut renew,
@@ -537,6 +610,10 @@ impl<S: LeaseStore> Election<S> {
             single_term,
             listen_for_releases,
         } = self;
+        let mut store = Counting {
+            inner: store,
+            sent: 0,
+        };
         tokio::pin!(shutdown);
         let mut releases = match listen_for_releases {
             true => store.release_notifications(&settings.name),
@@ -586,32 +663,36 @@ impl<S: LeaseStore> Election<S> {
             let done_with_claims = claims.is_closed() || (single_term && machine.held_any);
             let may_claim =
                 !done_with_claims && machine.no_claim_until.is_none_or(|until| started >= until);
-            let attempt = round(&mut store, &settings, hold, may_claim);
-            tokio::pin!(attempt);
-            let result = loop {
-                tokio::select! {
-                    biased;
-                    _ = &mut shutdown => {
-                        machine.stop_acting();
-                        // The round may have just taken the row: learn the term to release.
-                        if let Ok(Ok((Outcome::Holding { term, .. }, _))) =
-                            tokio::time::timeout(STOP_WAIT_IN_FLIGHT, &mut attempt).await
-                        {
-                            held_at_stop = Some(term);
+            let sent_before = store.sent;
+            let result = {
+                let attempt = round(&mut store, &settings, hold, may_claim);
+                tokio::pin!(attempt);
+                loop {
+                    tokio::select! {
+                        biased;
+                        _ = &mut shutdown => {
+                            machine.stop_acting();
+                            // The round may have just taken the row: learn the term to release.
+                            if let Ok(Ok((Outcome::Holding { term, .. }, _))) =
+                                tokio::time::timeout(STOP_WAIT_IN_FLIGHT, &mut attempt).await
+                            {
+                                held_at_stop = Some(term);
+                            }
+                            break 'rounds;
                         }
-                        break 'rounds;
+                        _ = sleep_until(machine.deadline()), if machine.is_leading() => {
+                            machine.deadline_passed();
+                        }
+                        // The renewal on its way answers it (or the deadline does).
+                        request = renew_requested(&mut renew) => {
+                            machine.renewals.push(request);
+                            machine.answer_renewals_if_lost();
+                        }
+                        result = &mut attempt => break result,
                     }
-                    _ = sleep_until(machine.deadline()), if machine.is_leading() => {
-                        machine.deadline_passed();
-                    }
-                    // The renewal on its way answers it (or the deadline does).
-                    request = renew_requested(&mut renew) => {
-                        machine.renewals.push(request);
-                        machine.answer_renewals_if_lost();
-                    }
-                    result = &mut attempt => break result,
                 }
             };
+            machine.round_statements = store.sent - sent_before;
             next_round = machine.apply(result, started, may_claim);
             if single_term && machine.held_any {
                 // A lock that was held will not be waited for again.
@@ -699,7 +780,10 @@ impl Machine {
         if self.observers.is_empty() {
             return self.fold(result, started, may_claim);
         }
-        let mut report = RoundReport::default();
+        let mut report = RoundReport {
+            statements: self.round_statements,
+            ..RoundReport::default()
+        };
         match &result {
             Err(RoundError { error, .. }) => report.error_kind = Some(error.kind()),
             Ok((outcome, round_trip)) => {

@@ -53,6 +53,7 @@ struct Inner {
     term: Gauge,
     transitions: Family<TransitionLabels, Counter>,
     rounds: Counter,
+    statements: Counter,
     renew_round_trip: Histogram,
     read_round_trip: Histogram,
     renew_margin: Histogram,
@@ -86,6 +87,7 @@ impl Metrics {
             term: Gauge::default(),
             transitions: Family::default(),
             rounds: Counter::default(),
+            statements: Counter::default(),
             renew_round_trip: round_trip_histogram(),
             read_round_trip: round_trip_histogram(),
             renew_margin: Histogram::new(exponential_buckets(0.01, 2.0, 12)),
@@ -114,6 +116,11 @@ impl Metrics {
             "rounds",
             "Election rounds completed, failed ones included",
             inner.rounds.clone(),
+        );
+        registry.register(
+            "statements",
+            "Statements sent to the database by election rounds (one per round in steady state)",
+            inner.statements.clone(),
         );
         registry.register_with_unit(
             "renew_round_trip",
@@ -162,6 +169,7 @@ impl Metrics {
     pub fn observe_round(&self, report: &RoundReport) {
         let m = &self.0;
         m.rounds.inc();
+        m.statements.inc_by(report.statements);
         if let Some(kind) = report.error_kind {
             m.db_errors.get_or_create(&ErrorLabels { kind }).inc();
         }
@@ -240,6 +248,7 @@ mod tests {
             renewal_margin: Some(Duration::from_millis(190)),
             error_kind: None,
             clock_offset_us: Some(-1500),
+            statements: 1,
         });
         metrics.observe_round(&RoundReport {
             error_kind: Some("query_timeout"),
@@ -249,6 +258,7 @@ mod tests {
         let text = metrics.encode();
         for line in [
             "leaderd_rounds_total 2",
+            "leaderd_statements_total 1",
             "leaderd_renew_round_trip_seconds_count 1",
             "leaderd_renew_margin_seconds_count 1",
             "leaderd_database_clock_offset_seconds -0.0015",
