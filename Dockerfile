@@ -4,9 +4,8 @@
 #   docker build -t leaderd:0.1.0 .
 FROM rust:1-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
-COPY src ./src
-COPY migrations ./migrations
+# The whole context (see .dockerignore): Cargo checks every target the manifest names.
+COPY . .
 RUN cargo build --release --locked --bin leaderd && strip target/release/leaderd
 
 FROM debian:bookworm-slim
