@@ -11,7 +11,9 @@
 mod common;
 
 use common::records::{hooks_config, records, start};
-use common::{Backend, Node, NodeSettings, Sampler, TestDb, now_ns, wait_agreed};
+use common::{
+    Backend, Node, NodeSettings, Sampler, TestDb, free_port, http_get, now_ns, wait_agreed,
+};
 use nix::sys::signal::Signal;
 use std::fmt::Write as _;
 use std::io::BufRead;
@@ -98,26 +100,12 @@ async fn failovers(backend: Backend, signal: Signal, runs: usize) -> (Vec<f64>, 
 async fn round_trips(backend: Backend, duration: Duration) -> (Vec<f64>, Vec<f64>, f64, f64) {
     let db = TestDb::new(backend);
     let settings = NodeSettings::default();
-    let ports = [free_port(), free_port()];
-    let nodes: Vec<Node> = ["a", "b"]
-        .iter()
-        .zip(ports)
-        .map(|(id, port)| {
-            let listen = format!("127.0.0.1:{port}");
-            Node::start_with_env(
-                &db,
-                &settings,
-                id,
-                &db.url,
-                &[("LEADERD_HTTP__LISTEN", &listen)],
-            )
-        })
-        .collect();
+    let (nodes, ports) = Node::start_with_http(&db, &settings, &["a", "b"]);
     let mut sampler = Sampler::new();
     let all: Vec<&Node> = nodes.iter().collect();
     let (leader, _) = wait_agreed(&mut sampler, &all).await;
     let counts = |port: u16| {
-        let metrics = http_get(port, "/metrics");
+        let (_, metrics) = http_get(port, "/metrics");
         let value = |name: &str| {
             metrics
                 .lines()
@@ -132,7 +120,7 @@ async fn round_trips(backend: Backend, duration: Duration) -> (Vec<f64>, Vec<f64
     let before: Vec<(f64, f64)> = ports.iter().map(|&p| counts(p)).collect();
     tokio::time::sleep(duration).await;
     let mut result = (Vec::new(), Vec::new(), 0.0, 0.0);
-    for ((node, port), before) in nodes.iter().zip(ports).zip(before) {
+    for ((node, &port), before) in nodes.iter().zip(&ports).zip(before) {
         let trips: Vec<f64> = node
             .log()
             .lines()
@@ -150,23 +138,6 @@ async fn round_trips(backend: Backend, duration: Duration) -> (Vec<f64>, Vec<f64
         }
     }
     result
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(stream, "GET {path} HTTP/1.0\r\n\r\n").unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    text
 }
 
 /// RSS (MiB) and CPU time (ms) of an idle leader and follower over `duration`.

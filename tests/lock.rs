@@ -309,12 +309,7 @@ async fn a_cut_off_holder_stops_its_command_before_the_lease_can_lapse(backend: 
         .map(|r| r.at)
         .max()
         .unwrap();
-    let records = records(&setup.db.dir, "lock.");
-    let successor = records
-        .iter()
-        .find(|r| r.event == "start" && r.holder != first.holder)
-        .expect("the next holder ran");
-    assert_eq!(successor.term, 2);
+    let successor = successor(&setup.db.dir, &first);
     assert!(
         last_beat < successor.at,
         "the cut-off command beat {} ms after the next run started",
@@ -327,6 +322,16 @@ async fn a_cut_off_holder_stops_its_command_before_the_lease_can_lapse(backend: 
         (last_beat - stalled_at) / 1_000_000
     );
     assert_gone(first.pid.unwrap()).await;
+}
+
+/// The next holder's run after `first`'s, which must be in term 2.
+fn successor(dir: &Path, first: &Record) -> Record {
+    let next = records(dir, "lock.")
+        .into_iter()
+        .find(|r| r.event == "start" && r.holder != first.holder)
+        .expect("the next holder ran");
+    assert_eq!(next.term, 2);
+    next
 }
 
 /// Waits (briefly) for a process to be gone.
@@ -363,12 +368,7 @@ async fn a_stale_lock_of_a_killed_holder_is_taken_after_its_ttl(backend: Backend
     let mut next = setup.lock(url, &["--ttl", "2s", "--wait", "30s"], &setup.job("0"));
     assert_eq!(exit_code(&mut next, Duration::from_secs(30)).await, 0);
     let taken_after = killed_at.elapsed();
-    let records = records(&setup.db.dir, "lock.");
-    let successor = records
-        .iter()
-        .find(|r| r.event == "start" && r.holder != first.holder)
-        .expect("the next holder ran");
-    assert_eq!(successor.term, 2);
+    successor(&setup.db.dir, &first);
     assert!(
         taken_after < Duration::from_secs(5),
         "taken {taken_after:?} after the kill (ttl 2s)"

@@ -6,10 +6,9 @@
 mod common;
 
 use common::{
-    Backend, Node, NodeSettings, Sampler, TestDb, leaderd, lines_of, script, wait_agreed,
+    Backend, Node, NodeSettings, Sampler, TestDb, http_get, leaderd, lines_of, script, wait_agreed,
 };
 use nix::sys::signal::Signal;
-use std::io::{Read, Write};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -261,61 +260,21 @@ async fn status_local_exit_codes_follow_the_status_file() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("cannot read status file"));
 }
 
-/// A port free right now (the test binds it and lets it go).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// One plain HTTP/1.0 GET: (status code, headers and body as text).
-fn get(port: u16, path: &str) -> (u16, String) {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let code = response
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("not HTTP: {response:?}"));
-    (code, response)
-}
-
 async fn http_endpoints_answer_by_role(backend: Backend) {
     let db = TestDb::new(backend);
     let settings = NodeSettings::default();
-    let ports = [free_port(), free_port()];
-    let nodes: Vec<Node> = ["a", "b"]
-        .iter()
-        .zip(ports)
-        .map(|(id, port)| {
-            let listen = format!("127.0.0.1:{port}");
-            Node::start_with_env(
-                &db,
-                &settings,
-                id,
-                &db.url,
-                &[("LEADERD_HTTP__LISTEN", &listen)],
-            )
-        })
-        .collect();
+    let (nodes, ports) = Node::start_with_http(&db, &settings, &["a", "b"]);
     let all: Vec<&Node> = nodes.iter().collect();
     let mut sampler = Sampler::new();
     let (leader_id, term) = wait_agreed(&mut sampler, &all).await;
     // A few rounds, so that round trips have been measured.
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    for (node, port) in nodes.iter().zip(ports) {
+    for (node, &port) in nodes.iter().zip(&ports) {
         let leads = node.id == leader_id;
-        let (code, body) = get(port, "/leader");
+        let (code, body) = http_get(port, "/leader");
         assert_eq!(code, if leads { 200 } else { 503 }, "{}: {body}", node.id);
 
-        let (code, body) = get(port, "/status");
+        let (code, body) = http_get(port, "/status");
         assert_eq!(code, 200);
         let json: serde_json::Value =
             serde_json::from_str(body.split("\r\n\r\n").nth(1).unwrap()).unwrap();
@@ -323,7 +282,7 @@ async fn http_endpoints_answer_by_role(backend: Backend) {
         assert_eq!(json["leader"], leader_id.as_str());
         assert_eq!(json["term"], term);
 
-        let (code, body) = get(port, "/metrics");
+        let (code, body) = http_get(port, "/metrics");
         assert_eq!(code, 200);
         assert!(body.contains("application/openmetrics-text"), "{body}");
         for line in [
@@ -352,7 +311,7 @@ async fn http_endpoints_answer_by_role(backend: Backend) {
             );
         }
     }
-    let (code, _) = get(ports[0], "/nothing");
+    let (code, _) = http_get(ports[0], "/nothing");
     assert_eq!(code, 404);
 }
 

@@ -84,6 +84,33 @@ pub fn lines_of(dir: &Path, prefix: &str) -> Vec<String> {
     lines
 }
 
+/// A port free right now (bound and let go).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One plain HTTP/1.0 GET: the status code and the whole response (headers and body).
+pub fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let code = response
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not HTTP: {response:?}"));
+    (code, response)
+}
+
 /// Runs `future` to completion on a runtime of its own (usable from `Drop`).
 fn block_on<F: std::future::Future + Send + 'static>(future: F) -> F::Output
 where
@@ -321,6 +348,30 @@ impl Node {
             log_path,
             child,
         }
+    }
+
+    /// Nodes `ids`, each serving HTTP on a port of its own (returned alongside).
+    pub fn start_with_http(
+        db: &TestDb,
+        settings: &NodeSettings,
+        ids: &[&str],
+    ) -> (Vec<Node>, Vec<u16>) {
+        let ports: Vec<u16> = ids.iter().map(|_| free_port()).collect();
+        let nodes = ids
+            .iter()
+            .zip(&ports)
+            .map(|(id, port)| {
+                let listen = format!("127.0.0.1:{port}");
+                Node::start_with_env(
+                    db,
+                    settings,
+                    id,
+                    &db.url,
+                    &[("LEADERD_HTTP__LISTEN", &listen)],
+                )
+            })
+            .collect();
+        (nodes, ports)
     }
 
     pub fn pid(&self) -> nix::unistd::Pid {
