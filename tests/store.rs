@@ -7,6 +7,7 @@ mod common;
 use common::proxy::{Mode, Proxy};
 use common::{Backend, TestDb};
 use leaderd::config::DatabaseUrl;
+use leaderd::store::shared::SharedStore;
 use leaderd::store::{LeaseStore, SqlStore, StoreError, Timeouts};
 use std::time::{Duration, Instant};
 
@@ -163,6 +164,47 @@ async fn concurrent_claims_have_one_winner(backend: Backend) {
     }
 }
 
+/// Many elections over a few shared connections: every operation gets a connection in
+/// turn, claims still have one winner, and leases stay each election's own.
+async fn a_shared_store_serves_many_elections(backend: Backend) {
+    let db = TestDb::new(backend);
+    let url = DatabaseUrl::parse(&db.url).unwrap();
+    let timeouts = Timeouts {
+        connect: Duration::from_secs(2),
+        query: TTL,
+    };
+    // Migrated once up front: three connections racing to migrate SQLite would retry.
+    store(&db).connect().await.unwrap();
+    let shared = SharedStore::new(url, timeouts, 3, false);
+    let mut tasks = Vec::new();
+    for election in 0..10 {
+        for node in 0..5 {
+            let mut store = shared.clone();
+            tasks.push(tokio::spawn(async move {
+                let name = format!("e{election}");
+                store.ensure_row(&name).await.unwrap();
+                let won = store
+                    .claim(&name, &format!("n{node}"), Duration::from_secs(30), 0)
+                    .await
+                    .unwrap();
+                (election, won)
+            }));
+        }
+    }
+    let mut winners = [0; 10];
+    for task in tasks {
+        let (election, won) = task.await.unwrap();
+        winners[election] += won as usize;
+    }
+    assert_eq!(winners, [1; 10], "one winner per election");
+    let mut reader = shared.clone();
+    for election in 0..10 {
+        let row = reader.get(&format!("e{election}")).await.unwrap().unwrap();
+        assert_eq!(row.term, 1);
+        assert!(row.live_holder().is_some());
+    }
+}
+
 async fn migrations_run_concurrently_and_again(backend: Backend) {
     let db = TestDb::new(backend);
     let mut tasks = Vec::new();
@@ -253,6 +295,6 @@ async fn a_release_notifies_where_the_backend_can_tell(backend: Backend) {
     assert!(woken.try_recv().is_err());
 }
 
-backend_tests!(postgres = Backend::Postgres => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell);
-backend_tests!(mysql = Backend::Mysql => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell);
-backend_tests!(sqlite = Backend::Sqlite => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_release_notifies_where_the_backend_can_tell);
+backend_tests!(postgres = Backend::Postgres => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections);
+backend_tests!(mysql = Backend::Mysql => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections);
+backend_tests!(sqlite = Backend::Sqlite => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections);

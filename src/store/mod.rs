@@ -7,6 +7,7 @@
 
 pub mod memory;
 mod notify;
+pub mod shared;
 mod sql;
 
 use futures_util::future::BoxFuture;
