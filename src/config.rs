@@ -30,10 +30,10 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
 const ENV_PREFIX: &str = "LEADERD_";
 
 /// The least time a renewal's round trip can be given between `interval` and `ttl`.
-const MIN_RENEW_WINDOW: Duration = Duration::from_millis(10);
+pub(crate) const MIN_RENEW_WINDOW: Duration = Duration::from_millis(10);
 
 /// Durations beyond this are mistakes (and would overflow deadlines).
-const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

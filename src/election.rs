@@ -163,74 +163,6 @@ pub struct RoundReport {
     pub statements: u64,
 }
 
-/// Counts the statements sent through a store, for [`RoundReport::statements`].
-struct Counting<S> {
-    inner: S,
-    sent: u64,
-}
-
-impl<S: LeaseStore> LeaseStore for Counting<S> {
-    fn get(
-        &mut self,
-        name: &str,
-    ) -> impl Future<Output = Result<Option<LeaseRow>, StoreError>> + Send {
-        self.sent += 1;
-        self.inner.get(name)
-    }
-
-    fn ensure_row(&mut self, name: &str) -> impl Future<Output = Result<(), StoreError>> + Send {
-        self.sent += 1;
-        self.inner.ensure_row(name)
-    }
-
-    fn claim(
-        &mut self,
-        name: &str,
-        holder: &str,
-        ttl: Duration,
-        expected_term: i64,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        self.sent += 1;
-        self.inner.claim(name, holder, ttl, expected_term)
-    }
-
-    fn reacquire(
-        &mut self,
-        name: &str,
-        holder: &str,
-        ttl: Duration,
-        term: i64,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        self.sent += 1;
-        self.inner.reacquire(name, holder, ttl, term)
-    }
-
-    fn renew(
-        &mut self,
-        name: &str,
-        holder: &str,
-        ttl: Duration,
-        term: i64,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        self.sent += 1;
-        self.inner.renew(name, holder, ttl, term)
-    }
-
-    fn release(
-        &mut self,
-        name: &str,
-        holder: &str,
-        term: i64,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        self.sent += 1;
-        self.inner.release(name, holder, term)
-    }
-
-    fn release_notifications(&self, name: &str) -> Option<mpsc::Receiver<()>> {
-        self.inner.release_notifications(name)
-    }
-}
-
 /// A consumer of [`RoundReport`]s (see [`Election::observe`]).
 pub type RoundObserver = Arc<dyn Fn(&RoundReport) + Send + Sync>;
 
@@ -285,11 +217,13 @@ impl From<StoreError> for RoundError {
 
 /// One round: renew if leading, else claim a free lease, else observe. The first statement
 /// is the only one in steady state (a renewal for the leader, a read for a follower).
+/// `statements` counts what it sends, for [`RoundReport::statements`].
 async fn round<S: LeaseStore>(
     store: &mut S,
     settings: &ElectionSettings,
     hold: Hold,
     may_claim: bool,
+    statements: &mut u64,
 ) -> Result<(Outcome, Duration), RoundError> {
     let (name, me, ttl) = (&settings.name, &settings.node_id, settings.ttl);
     let sent = Instant::now();
@@ -297,6 +231,7 @@ async fn round<S: LeaseStore>(
         Hold::Leading { term, .. } => {
             // Stop acting as leader at once when the database says no; the next round
             // reads the row.
+            *statements += 1;
             let outcome = match store.renew(name, me, ttl, term).await? {
                 true => Outcome::Holding { term, sent },
                 false => Outcome::NotHeld,
@@ -304,6 +239,7 @@ async fn round<S: LeaseStore>(
             return Ok((outcome, sent.elapsed()));
         }
         Hold::Lapsed { term } if may_claim => {
+            *statements += 1;
             let reacquired = store
                 .reacquire(name, me, ttl, term)
                 .await
@@ -323,11 +259,13 @@ async fn round<S: LeaseStore>(
         }
         Hold::Lapsed { .. } | Hold::None => {}
     }
+    *statements += 1;
     let row = store.get(name).await?;
     let round_trip = sent.elapsed();
     let free_term = match &row {
         _ if !may_claim => None,
         None => {
+            *statements += 1;
             store.ensure_row(name).await?;
             Some(0)
         }
@@ -336,6 +274,7 @@ async fn round<S: LeaseStore>(
     };
     if let Some(expected) = free_term {
         let sent = Instant::now();
+        *statements += 1;
         let claimed = store
             .claim(name, me, ttl, expected)
             .await
@@ -348,6 +287,7 @@ async fn round<S: LeaseStore>(
             return Ok((Outcome::Holding { term, sent }, round_trip));
         }
         // Another node was faster; see who.
+        *statements += 1;
         return Ok((Outcome::Observed(store.get(name).await?), round_trip));
     }
     Ok((Outcome::Observed(row), round_trip))
@@ -449,38 +389,16 @@ impl ClaimGate {
     }
 }
 
-/// Waits for a release notification; never completes without a channel (or once it
-/// closed).
-async fn release_notified(releases: &mut Option<mpsc::Receiver<()>>) {
-    if let Some(receiver) = releases {
-        if receiver.recv().await.is_some() {
-            return;
+/// The next message of an optional channel (release notifications, renew and resign
+/// requests); never completes without a channel, nor once it has closed.
+async fn next_message<T>(receiver: &mut Option<mpsc::Receiver<T>>) -> T {
+    if let Some(open) = receiver {
+        if let Some(message) = open.recv().await {
+            return message;
         }
-        *releases = None;
+        *receiver = None;
     }
     std::future::pending().await
-}
-
-/// Waits for a renew request; never completes without a channel.
-async fn renew_requested(renew: &mut Option<mpsc::Receiver<RenewRequest>>) -> RenewRequest {
-    match renew {
-        Some(receiver) => match receiver.recv().await {
-            Some(request) => request,
-            None => std::future::pending().await,
-        },
-        None => std::future::pending().await,
-    }
-}
-
-/// Waits for a resign request; never completes without a channel.
-async fn resign_requested(resign: &mut Option<mpsc::Receiver<()>>) {
-    let received = match resign {
-        Some(receiver) => receiver.recv().await.is_some(),
-        None => false,
-    };
-    if !received {
-        std::future::pending::<()>().await;
-    }
 }
 
 /// The decisions, apart from the store so the loop can borrow each on its own.
@@ -602,7 +520,7 @@ impl<S: LeaseStore> Election<S> {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Option<Result<bool, StoreError>> {
         let Election {
             settings,
-            store,
+            mut store,
             mut machine,
             mut resign,
             mut renew,
@@ -610,10 +528,6 @@ impl<S: LeaseStore> Election<S> {
             single_term,
             listen_for_releases,
         } = self;
-        let mut store = Counting {
-            inner: store,
-            sent: 0,
-        };
         tokio::pin!(shutdown);
         let mut releases = match listen_for_releases {
             true => store.release_notifications(&settings.name),
@@ -630,13 +544,13 @@ impl<S: LeaseStore> Election<S> {
                     continue 'rounds;
                 }
                 // Released by its holder: try now rather than at the next poll.
-                _ = release_notified(&mut releases) => {
+                _ = next_message(&mut releases) => {
                     if !machine.is_leading() {
                         next_round = Instant::now();
                     }
                     continue 'rounds;
                 }
-                request = renew_requested(&mut renew) => {
+                request = next_message(&mut renew) => {
                     if machine.is_leading() {
                         machine.renewals.push(request);
                         next_round = Instant::now();
@@ -645,7 +559,7 @@ impl<S: LeaseStore> Election<S> {
                     }
                     continue 'rounds;
                 }
-                _ = resign_requested(&mut resign) => {
+                _ = next_message(&mut resign) => {
                     if let Some(term) = machine.hold.term() {
                         machine.stop_acting();
                         machine.hold = Hold::None;
@@ -663,9 +577,9 @@ impl<S: LeaseStore> Election<S> {
             let done_with_claims = claims.is_closed() || (single_term && machine.held_any);
             let may_claim =
                 !done_with_claims && machine.no_claim_until.is_none_or(|until| started >= until);
-            let sent_before = store.sent;
+            let mut statements = 0;
             let result = {
-                let attempt = round(&mut store, &settings, hold, may_claim);
+                let attempt = round(&mut store, &settings, hold, may_claim, &mut statements);
                 tokio::pin!(attempt);
                 loop {
                     tokio::select! {
@@ -684,7 +598,7 @@ impl<S: LeaseStore> Election<S> {
                             machine.deadline_passed();
                         }
                         // The renewal on its way answers it (or the deadline does).
-                        request = renew_requested(&mut renew) => {
+                        request = next_message(&mut renew) => {
                             machine.renewals.push(request);
                             machine.answer_renewals_if_lost();
                         }
@@ -692,7 +606,7 @@ impl<S: LeaseStore> Election<S> {
                     }
                 }
             };
-            machine.round_statements = store.sent - sent_before;
+            machine.round_statements = statements;
             next_round = machine.apply(result, started, may_claim);
             if single_term && machine.held_any {
                 // A lock that was held will not be waited for again.

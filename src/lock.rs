@@ -65,13 +65,12 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 
+use crate::config::{MAX_DURATION, MIN_RENEW_WINDOW};
 use crate::election::{Election, ElectionSettings, RenewHandle, Role, Status, safety_margin};
 use crate::store::{LeaseStore, StoreError};
 
 /// The longest a waiting lock goes without reading the row, whatever its ttl.
 const MAX_POLL: Duration = Duration::from_secs(1);
-/// The least room a renewal gets between two renewals and the lease's end.
-const MIN_RENEW_WINDOW: Duration = Duration::from_millis(10);
 /// Names and holder ids are stored in a VARCHAR(100).
 const MAX_ID_CHARS: usize = 100;
 
@@ -215,7 +214,7 @@ impl LockOptions {
             }
         }
         let ttl = humantime::format_duration(self.ttl).to_string();
-        if self.ttl < Duration::from_millis(100) || self.ttl > Duration::from_secs(24 * 3600) {
+        if self.ttl < Duration::from_millis(100) || self.ttl > MAX_DURATION {
             return invalid("ttl", ttl, "must be between 100ms and 1day".into());
         }
         let window = self.ttl.saturating_sub(self.renew_every);
@@ -357,26 +356,13 @@ impl LockOptions {
         if cancelled {
             return Err(LockError::Cancelled { name: self.name });
         }
-        Err(match refusal {
-            Some(LockError::Held {
-                name,
-                holder,
-                term,
-                lapses_in,
-                ..
-            }) => LockError::Held {
-                name,
-                holder,
-                term,
-                lapses_in,
-                waited: started.elapsed().min(wait),
-            },
-            Some(other) => other,
-            None => LockError::Unavailable {
-                name: self.name,
-                error: "the lock's background task ended".into(),
-            },
-        })
+        if let Some(LockError::Held { waited, .. }) = &mut refusal {
+            *waited = started.elapsed().min(wait);
+        }
+        Err(refusal.unwrap_or(LockError::Unavailable {
+            name: self.name,
+            error: "the lock's background task ended".into(),
+        }))
     }
 }
 
