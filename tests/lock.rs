@@ -375,6 +375,41 @@ async fn a_stale_lock_of_a_killed_holder_is_taken_after_its_ttl(backend: Backend
     );
 }
 
+/// Run by hand from a terminal, COMMAND gets the terminal's foreground: it can read from
+/// it (a background group would be stopped by SIGTTIN and hang), and its status comes
+/// through. `script` provides the terminal.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_run_from_a_terminal_can_read_it() {
+    let setup = Setup::new(Backend::Sqlite);
+    let line = format!(
+        "{} lock {} -- sh -c 'read answer; echo got $answer; exit 4'",
+        env!("CARGO_BIN_EXE_leaderd"),
+        setup.name
+    );
+    let mut script = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .current_dir(&setup.db.dir)
+        .env("LEADERD_DATABASE__URL", &setup.db.url)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("script (util-linux) runs");
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stdin = script.stdin.take().unwrap();
+    stdin.write_all(b"hello\n").await.unwrap();
+    let mut stdout = script.stdout.take().unwrap();
+    let mut output = String::new();
+    let read = stdout.read_to_string(&mut output);
+    tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .unwrap_or_else(|_| panic!("the command hung at the terminal"))
+        .unwrap();
+    assert_eq!(exit_code(&mut script, Duration::from_secs(5)).await, 4);
+    assert!(output.contains("got hello"), "{output:?}");
+}
+
 backend_tests!(postgres = Backend::Postgres =>
     only_one_of_five_runs_and_the_others_exit_75_at_once,
     with_wait_all_five_run_in_turn_without_overlap,

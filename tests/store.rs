@@ -53,6 +53,12 @@ async fn claim_renew_release(backend: Backend) {
     assert!(!a.renew(name, "a", TTL, 0).await.unwrap(), "wrong term");
     let row = b.get(name).await.unwrap().unwrap();
     assert_eq!((row.live_holder(), row.term), (Some("a"), 1));
+    // The database runs on this host: its clock agrees with ours to well within 50 ms
+    // (a time zone mix-up would be hours off).
+    let offset = row
+        .clock_offset_us
+        .expect("a read measures the clock offset");
+    assert!(offset.abs() < 50_000, "clock offset {offset} µs");
     assert!(
         row.remaining() > TTL - Duration::from_millis(300),
         "{row:?}"

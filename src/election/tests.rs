@@ -500,6 +500,45 @@ async fn a_steady_round_costs_one_operation_for_leader_and_follower() {
     assert!((10..=11).contains(&rounds.1), "follower: {rounds:?}");
 }
 
+/// Round reports count the statements each round sent, matching what reached the store.
+#[tokio::test(start_paused = true)]
+async fn round_reports_count_the_statements_sent() {
+    let table = MemoryStore::new();
+    let store = table.handle();
+    let (mut election, _status) = Election::new(
+        ElectionSettings::new(ELECTION, "a", TTL, INTERVAL),
+        store.clone(),
+    );
+    let reports = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&reports);
+    election.observe(Arc::new(move |report| {
+        seen.lock().unwrap().push(report.clone())
+    }));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(election.run(async move {
+        let _ = stopped.await;
+    }));
+    tokio::time::sleep(INTERVAL * 5 + STEP).await;
+    let counted: Vec<u64> = reports
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.statements)
+        .collect();
+    // An empty table: read, create the row, claim; then one renewal a round.
+    assert_eq!(counted, [3, 1, 1, 1, 1, 1]);
+    assert_eq!(counted.iter().sum::<u64>(), store.operations());
+    let completed: Vec<u64> = reports
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.completed)
+        .collect();
+    assert_eq!(completed, [1, 2, 3, 4, 5, 6]);
+    let _ = stop.send(());
+    task.await.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn role_changes_are_reported_as_events_in_order() {
     let table = MemoryStore::new();

@@ -206,6 +206,24 @@ async fn a_cancelled_wait_releases_what_it_took() {
     );
 }
 
+/// A release listener (a second connection on PostgreSQL) lives only while a lock is
+/// waited for: not for a single try, and not once the lock is held.
+#[tokio::test(start_paused = true)]
+async fn only_a_waiting_lock_listens_for_releases() {
+    let table = MemoryStore::new();
+    let first = options("a").try_acquire(table.handle()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(table.listeners(), (0, 0), "try_acquire does not listen");
+    let waiter = tokio::spawn(options("b").acquire(table.handle(), Duration::from_secs(60)));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(table.listeners(), (1, 1), "a waiter listens");
+    assert!(first.release().await.unwrap());
+    let second = waiter.await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(table.listeners(), (0, 1), "a held lock does not");
+    assert!(second.is_held());
+}
+
 #[tokio::test(start_paused = true)]
 async fn waiting_without_a_limit_is_allowed() {
     let table = MemoryStore::new();

@@ -48,6 +48,9 @@ pub struct MemoryStore {
     releases: tokio::sync::broadcast::Sender<String>,
     /// Whether this handle (and handles made from it) offers release notifications.
     notifies: bool,
+    /// Release listeners alive now, and ever started, over every handle of the table.
+    listeners: Arc<std::sync::atomic::AtomicI64>,
+    listeners_started: Arc<std::sync::atomic::AtomicI64>,
     faults: Arc<Mutex<Faults>>,
     /// Operations this handle has sent (round trips, for the SQL store).
     operations: Arc<std::sync::atomic::AtomicU64>,
@@ -61,6 +64,8 @@ impl Default for MemoryStore {
             rows: Arc::default(),
             releases: tokio::sync::broadcast::channel(16).0,
             notifies: true,
+            listeners: Arc::default(),
+            listeners_started: Arc::default(),
             faults: Arc::default(),
             operations: Arc::default(),
             last_operation: Arc::default(),
@@ -71,6 +76,16 @@ impl Default for MemoryStore {
 impl MemoryStore {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// How many release listeners are alive, and how many were ever started (each would
+    /// be a connection on PostgreSQL).
+    pub fn listeners(&self) -> (i64, i64) {
+        (
+            self.listeners.load(std::sync::atomic::Ordering::SeqCst),
+            self.listeners_started
+                .load(std::sync::atomic::Ordering::SeqCst),
+        )
     }
 
     /// A table whose handles offer no release notifications (like MySQL and SQLite).
@@ -87,6 +102,8 @@ impl MemoryStore {
             rows: Arc::clone(&self.rows),
             releases: self.releases.clone(),
             notifies: self.notifies,
+            listeners: Arc::clone(&self.listeners),
+            listeners_started: Arc::clone(&self.listeners_started),
             faults: Arc::default(),
             operations: Arc::default(),
             last_operation: Arc::default(),
@@ -286,7 +303,12 @@ impl LeaseStore for MemoryStore {
         let (wake, woken) = tokio::sync::mpsc::channel(1);
         let mut releases = self.releases.subscribe();
         let name = name.to_owned();
+        let listeners = Arc::clone(&self.listeners);
+        listeners.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.listeners_started
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         tokio::spawn(async move {
+            let _listening = ListenerCount(listeners);
             loop {
                 tokio::select! {
                     _ = wake.closed() => return,
@@ -301,5 +323,14 @@ impl LeaseStore for MemoryStore {
             }
         });
         Some(woken)
+    }
+}
+
+/// Counts a release listener out when its task ends.
+struct ListenerCount(Arc<std::sync::atomic::AtomicI64>);
+
+impl Drop for ListenerCount {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
