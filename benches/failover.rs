@@ -447,16 +447,41 @@ fn main() {
         .build()
         .unwrap();
     let started = Instant::now();
-    if args.iter().any(|a| a == "--scale-only") {
-        println!("{}", runtime.block_on(scale_table()));
-        return;
-    }
-    if args.iter().any(|a| a == "--etcd-only") {
-        match etcd_handovers(runs) {
-            Ok((samples, version)) => println!("{version}\n{}", row("etcdctl elect", &samples)),
-            Err(why) => println!("{why}"),
+    // `--only PART`: one part, printed and not written to BENCHMARKS.md.
+    match args
+        .iter()
+        .position(|a| a == "--only")
+        .map(|i| args.get(i + 1))
+    {
+        None => {}
+        Some(Some(part)) if part == "scale" => {
+            println!("{}", runtime.block_on(scale_table()));
+            return;
         }
-        return;
+        Some(Some(part)) if part == "etcd" => {
+            match etcd_handovers(runs) {
+                Ok((samples, version)) => {
+                    println!("{version}\n{}", row("etcdctl elect", &samples))
+                }
+                Err(why) => println!("{why}"),
+            }
+            return;
+        }
+        Some(Some(part)) if part == "handover" => {
+            // The PostgreSQL graceful handover alone: the one with a millisecond target.
+            let (from_signal, from_release) =
+                runtime.block_on(failovers(Backend::Postgres, Signal::SIGTERM, runs));
+            println!(
+                "from the signal\n{}from the release\n{}",
+                row("PostgreSQL", &from_signal),
+                row("PostgreSQL", &from_release)
+            );
+            return;
+        }
+        Some(other) => {
+            eprintln!("--only takes scale, etcd or handover, not {other:?}");
+            std::process::exit(2);
+        }
     }
     let mut crash = String::new();
     let mut graceful = String::new();

@@ -217,12 +217,14 @@ impl From<StoreError> for RoundError {
 
 /// One round: renew if leading, else claim a free lease, else observe. The first statement
 /// is the only one in steady state (a renewal for the leader, a read for a follower).
+/// `released_in`: a term whose release was just announced, claimed without reading first.
 /// `statements` counts what it sends, for [`RoundReport::statements`].
 async fn round<S: LeaseStore>(
     store: &mut S,
     settings: &ElectionSettings,
     hold: Hold,
     may_claim: bool,
+    released_in: Option<i64>,
     statements: &mut u64,
 ) -> Result<(Outcome, Duration), RoundError> {
     let (name, me, ttl) = (&settings.name, &settings.node_id, settings.ttl);
@@ -255,6 +257,24 @@ async fn round<S: LeaseStore>(
                     },
                     sent.elapsed(),
                 ));
+            }
+        }
+        Hold::None if may_claim => {
+            if let Some(expected) = released_in {
+                // The claim checks the term and that the lease is free, so a stale term
+                // only costs the read below.
+                *statements += 1;
+                let claimed = store
+                    .claim(name, me, ttl, expected)
+                    .await
+                    .map_err(|error| RoundError {
+                        error,
+                        in_doubt: Some(expected + 1),
+                    })?;
+                if claimed {
+                    let term = expected + 1;
+                    return Ok((Outcome::Holding { term, sent }, sent.elapsed()));
+                }
             }
         }
         Hold::Lapsed { .. } | Hold::None => {}
@@ -424,6 +444,8 @@ struct Machine {
     held_any: bool,
     /// When another node's lease lapses, as of the last read.
     observed_lapse: Option<Instant>,
+    /// The term a release notification announced (the last one seen), for the next round.
+    released_in: Option<i64>,
     /// The last round's error while rounds keep failing.
     error: Option<String>,
     /// Renew requests waiting for a successful renewal or the loss of the lease.
@@ -451,6 +473,7 @@ impl<S: LeaseStore> Election<S> {
             no_claim_until: None,
             held_any: false,
             observed_lapse: None,
+            released_in: None,
             error: None,
             renewals: Vec::new(),
             observers: Vec::new(),
@@ -543,9 +566,11 @@ impl<S: LeaseStore> Election<S> {
                     machine.deadline_passed();
                     continue 'rounds;
                 }
-                // Released by its holder: try now rather than at the next poll.
+                // Released by its holder: try now rather than at the next poll, and in
+                // the term last seen rather than after reading the row again.
                 _ = next_message(&mut releases) => {
                     if !machine.is_leading() {
+                        machine.released_in = machine.status.borrow().term;
                         next_round = Instant::now();
                     }
                     continue 'rounds;
@@ -577,9 +602,17 @@ impl<S: LeaseStore> Election<S> {
             let done_with_claims = claims.is_closed() || (single_term && machine.held_any);
             let may_claim =
                 !done_with_claims && machine.no_claim_until.is_none_or(|until| started >= until);
+            let released_in = machine.released_in.take();
             let mut statements = 0;
             let result = {
-                let attempt = round(&mut store, &settings, hold, may_claim, &mut statements);
+                let attempt = round(
+                    &mut store,
+                    &settings,
+                    hold,
+                    may_claim,
+                    released_in,
+                    &mut statements,
+                );
                 tokio::pin!(attempt);
                 loop {
                     tokio::select! {

@@ -8,7 +8,8 @@ use common::proxy::{Mode, Proxy};
 use common::{Backend, TestDb};
 use leaderd::config::DatabaseUrl;
 use leaderd::store::shared::SharedStore;
-use leaderd::store::{LeaseStore, SqlStore, StoreError, Timeouts};
+use leaderd::store::{DbConnection, LeaseStore, SqlStore, StoreError, Timeouts};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const TTL: Duration = Duration::from_millis(1200);
@@ -259,6 +260,54 @@ async fn a_stalled_connection_is_replaced(backend: Backend) {
     );
 }
 
+/// Each statement is prepared once per connection and reused from then on (diesel never
+/// caches a `sql_query`: every use would be parsed and planned again, and cost PostgreSQL a
+/// second round trip). On PostgreSQL the claim and the release are prepared on connecting.
+async fn statements_are_prepared_once_per_connection(backend: Backend) {
+    use diesel::connection::InstrumentationEvent;
+    use diesel_async::AsyncConnection;
+    let db = TestDb::new(backend);
+    let url = DatabaseUrl::parse(&db.url).unwrap();
+    let mut conn = DbConnection::connect(&url, TTL)
+        .await
+        .unwrap()
+        .migrate()
+        .await
+        .unwrap();
+    let cached = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&cached);
+    let record = move |event: InstrumentationEvent<'_>| {
+        if let InstrumentationEvent::CacheQuery { sql, .. } = event {
+            seen.lock().unwrap().push(sql.to_owned());
+        }
+    };
+    match &mut conn {
+        DbConnection::Postgres(c) => c.set_instrumentation(record),
+        DbConnection::Mysql(c) => c.set_instrumentation(record),
+        DbConnection::Sqlite(c) => c.set_instrumentation(record),
+    }
+    conn.prepare_handover().await.unwrap();
+    let prepared_on_connecting = cached.lock().unwrap().len();
+    assert_eq!(
+        prepared_on_connecting,
+        if backend == Backend::Postgres { 2 } else { 0 }
+    );
+    let name = "prepared";
+    for _ in 0..3 {
+        conn.ensure_row(name).await.unwrap();
+        let term = conn.get(name).await.unwrap().unwrap().term;
+        assert!(conn.claim(name, "a", TTL, term).await.unwrap());
+        assert!(conn.renew(name, "a", TTL, term + 1).await.unwrap());
+        assert!(conn.release(name, "a", term + 1).await.unwrap());
+    }
+    let cached = cached.lock().unwrap();
+    let mut distinct = cached.clone();
+    distinct.sort();
+    distinct.dedup();
+    // ensure_row, get, claim, renew and release: once each.
+    assert_eq!((cached.len(), distinct.len()), (5, 5), "{cached:#?}");
+}
+
 /// Where the backend can tell (PostgreSQL), a release wakes the listeners for that name
 /// and only them; elsewhere there are no notifications to wait for.
 async fn a_release_notifies_where_the_backend_can_tell(backend: Backend) {
@@ -301,6 +350,6 @@ async fn a_release_notifies_where_the_backend_can_tell(backend: Backend) {
     assert!(woken.try_recv().is_err());
 }
 
-backend_tests!(postgres = Backend::Postgres => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections);
-backend_tests!(mysql = Backend::Mysql => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections);
-backend_tests!(sqlite = Backend::Sqlite => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections);
+backend_tests!(postgres = Backend::Postgres => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection);
+backend_tests!(mysql = Backend::Mysql => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection);
+backend_tests!(sqlite = Backend::Sqlite => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection);

@@ -266,13 +266,15 @@ async fn an_answer_after_the_deadline_does_not_restore_leadership_in_the_same_te
     assert_eq!(a.status().term, term, "a healthy leader keeps its term");
 }
 
-/// A stops cleanly with B following; returns how long B took to lead after A released.
-async fn handover_after_release(table: MemoryStore) -> Duration {
+/// A stops cleanly with B following; returns how long B took to lead after A released,
+/// and the operations B sent meanwhile.
+async fn handover_after_release(table: MemoryStore) -> (Duration, u64) {
     let mut a = Node::start(&table, "a");
     until(Duration::from_millis(10), &table, &[&a], || a.is_leader()).await;
     let b = Node::start(&table, "b");
     run_checked(Duration::from_millis(1500), &table, &[&a, &b]).await;
 
+    let before = b.store.operations();
     a.stop().await;
     assert_eq!(a.status().role, Role::Unknown);
     assert_eq!(a.status().valid_until, a.status().updated_at);
@@ -280,18 +282,42 @@ async fn handover_after_release(table: MemoryStore) -> Duration {
     assert_ne!(table.row(ELECTION).unwrap().live_holder(), Some("a"));
     let waited = until(INTERVAL + STEP * 5, &table, &[&a, &b], || b.is_leader()).await;
     assert_eq!(b.status().term, Some(2));
-    waited
+    (waited, b.store.operations() - before)
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_stopped_leader_releases_and_a_notified_follower_takes_over_at_once() {
-    let waited = handover_after_release(MemoryStore::new()).await;
+    let (waited, operations) = handover_after_release(MemoryStore::new()).await;
     assert!(waited.is_zero(), "took {waited:?}");
+    // The claim alone, in the term b last saw: no read first.
+    assert_eq!(operations, 1);
+}
+
+/// A release announced after a term b never saw: the claim in b's stale term changes
+/// nothing, and b reads the row and claims in the right one.
+#[tokio::test(start_paused = true)]
+async fn a_notified_follower_with_a_stale_term_reads_before_it_claims() {
+    let table = MemoryStore::new();
+    let a = Node::start(&table, "a");
+    until(Duration::from_millis(10), &table, &[&a], || a.is_leader()).await;
+    let b = Node::start(&table, "b");
+    run_checked(Duration::from_millis(1500), &table, &[&a, &b]).await;
+    assert_eq!(b.status().term, Some(1));
+    // Between two of b's polls, x takes over in term 5 (a's renewals now fail) and
+    // gives the lease up again at once.
+    table.overwrite(ELECTION, "x", 5, TTL);
+    let before = b.store.operations();
+    let mut x = table.handle();
+    assert!(x.release(ELECTION, "x", 5).await.unwrap());
+    until(STEP * 5, &table, &[&b], || b.is_leader()).await;
+    assert_eq!(b.status().term, Some(6));
+    // The claim in term 1, the read, the claim in term 5.
+    assert_eq!(b.store.operations() - before, 3);
 }
 
 #[tokio::test(start_paused = true)]
 async fn without_notifications_a_follower_takes_over_at_its_next_poll() {
-    let waited = handover_after_release(MemoryStore::without_release_notifications()).await;
+    let (waited, _) = handover_after_release(MemoryStore::without_release_notifications()).await;
     assert!(
         waited > STEP && waited <= INTERVAL + STEP * 5,
         "took {waited:?}"

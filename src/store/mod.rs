@@ -202,7 +202,7 @@ impl SqlStore {
                         url: url.redacted(),
                         after: timeouts.connect,
                     })??;
-                    if migrate {
+                    let mut opened = if migrate {
                         timeout(MIGRATION_TIMEOUT, opened.migrate())
                             .await
                             .map_err(|_| StoreError::QueryTimeout {
@@ -210,7 +210,13 @@ impl SqlStore {
                             })??
                     } else {
                         opened
-                    }
+                    };
+                    timeout(timeouts.query, opened.prepare_handover())
+                        .await
+                        .map_err(|_| StoreError::QueryTimeout {
+                            after: timeouts.query,
+                        })??;
+                    opened
                 }
             };
             match timeout(timeouts.query, op(&mut conn)).await {
