@@ -31,7 +31,8 @@ pub struct ElectionSettings {
     /// Time between renewals while holding the lease.
     pub interval: Duration,
     /// Most time between reads while not holding it (a follower also reads at the moment
-    /// it expects the lease to lapse). At most `interval`.
+    /// it expects the lease to lapse, spread by up to [`ElectionSettings::lapse_spread`],
+    /// which may come that much after the regular read). At most `interval`.
     pub poll: Duration,
 }
 
@@ -57,6 +58,14 @@ impl ElectionSettings {
     /// slews by at most 500 ppm; this allows 2000 ppm) and SQLite's millisecond timestamps.
     pub fn safety_margin(&self) -> Duration {
         safety_margin(self.ttl)
+    }
+
+    /// How long after a lease can lapse a follower that expects the lapse polls: a random
+    /// instant within this, at most ttl/64 and 20 ms. Every follower reads the renewed lease
+    /// at about the same moment, so without it they would all read again together right
+    /// after each renewal (a thousand followers at once, in the scale benchmark).
+    pub fn lapse_spread(&self) -> Duration {
+        (self.ttl / 64).min(Duration::from_millis(20))
     }
 
     /// The margin a leader has to complete a renewal before its lease can lapse.
@@ -888,9 +897,19 @@ impl Machine {
                 match (&self.hold, &row) {
                     _ if !may_claim => next_poll,
                     (Hold::Lapsed { .. }, _) => now,
-                    // Poll again right when the lease can lapse, if that is before the
-                    // next regular poll.
-                    (_, Some(row)) => next_poll.min(now + row.remaining().max(MIN_POLL)),
+                    // Poll again right when the lease can lapse (spread a little), if
+                    // that is before the next regular poll. Not capped by the regular
+                    // poll: that would keep the smallest spread drawn so far, and every
+                    // follower would end up reading at the lapse instant again.
+                    (_, Some(row)) => {
+                        let lapse = now + row.remaining().max(MIN_POLL);
+                        match lapse < next_poll {
+                            true => {
+                                lapse + rand::random_range(Duration::ZERO..=settings.lapse_spread())
+                            }
+                            false => next_poll,
+                        }
+                    }
                     (_, None) => now + MIN_POLL,
                 }
             }

@@ -186,11 +186,14 @@ async fn failing_renewals_demote_before_the_lease_lapses_and_a_follower_takes_ov
     );
     assert_eq!(a.status().role, Role::Unknown);
 
-    // b polls at the moment the lease lapses, not up to an interval later.
+    // b polls at the moment the lease lapses (spread a little), not up to an interval
+    // later.
     until(TTL, &table, &nodes, || b.is_leader()).await;
     let taken_after = last_renewal.elapsed();
+    let spread = ElectionSettings::new(ELECTION, "b", TTL, INTERVAL).lapse_spread();
+    assert_eq!(spread, TTL / 64);
     assert!(
-        taken_after >= TTL && taken_after <= TTL + STEP * 5,
+        taken_after >= TTL && taken_after <= TTL + spread + STEP * 5,
         "taken over {taken_after:?} after the last renewal"
     );
     assert_eq!(b.status().term, Some(2));
@@ -524,6 +527,52 @@ async fn a_steady_round_costs_one_operation_for_leader_and_follower() {
     // lapse lands on its regular round, the lease being renewed meanwhile).
     assert!((10..=11).contains(&rounds.0), "leader: {rounds:?}");
     assert!((10..=11).contains(&rounds.1), "follower: {rounds:?}");
+}
+
+/// Followers that expect the lease to lapse read within `lapse_spread` after the instant
+/// it can lapse, each at its own moment: were they all to read at that instant, they would
+/// all read together again right after each renewal.
+#[tokio::test(start_paused = true)]
+async fn followers_spread_their_polls_at_the_lapse() {
+    let table = MemoryStore::new();
+    let leader = Node::start(&table, "leader");
+    until(Duration::from_millis(10), &table, &[&leader], || {
+        leader.is_leader()
+    })
+    .await;
+    let reads = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut stops = Vec::new();
+    // Started over one interval, as nodes on many hosts would be.
+    for follower in 0..30 {
+        tokio::time::sleep(INTERVAL / 30).await;
+        let settings = ElectionSettings::new(ELECTION, &format!("f{follower}"), TTL, INTERVAL);
+        let (mut election, _status) = Election::new(settings, table.handle());
+        let seen = Arc::clone(&reads);
+        election.observe(Arc::new(move |_| seen.lock().unwrap().push(Instant::now())));
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(election.run(async move {
+            let _ = stopped.await;
+        }));
+        stops.push(stop);
+    }
+    // Long enough for spreads that shrink from round to round to have shrunk.
+    run_checked(Duration::from_secs(20), &table, &[&leader]).await;
+    reads.lock().unwrap().clear();
+    run_checked(Duration::from_secs(3), &table, &[&leader]).await;
+    let reads = reads.lock().unwrap().clone();
+    assert!(reads.len() >= 90, "{} reads", reads.len());
+    // Those that read after the lease had less than an interval left (most of them) would
+    // otherwise all read at one instant after each renewal.
+    let mut at_once = std::collections::HashMap::new();
+    for read in &reads {
+        *at_once.entry(*read).or_insert(0) += 1;
+    }
+    let most = at_once.values().max().copied().unwrap_or(0);
+    assert!(most <= 8, "{most} followers read at one instant");
+    assert_eq!(leader.status().term, Some(1));
+    for stop in stops {
+        let _ = stop.send(());
+    }
 }
 
 /// Round reports count the statements each round sent, matching what reached the store.
