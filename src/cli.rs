@@ -97,9 +97,14 @@ enum Command {
     #[command(name = "hook-guard", hide = true)]
     HookGuard {
         daemon_pid: i32,
-        /// Enforce this kill deadline (CLOCK_BOOTTIME ns) and newer ones read from descriptor 3.
+        /// Enforce this kill deadline (CLOCK_BOOTTIME ns) and newer ones read from the
+        /// fence descriptor.
         #[arg(long)]
         fence_until: Option<u64>,
+        /// The fence descriptor: 3, or 0 (stdin), in which case the program's stdin is
+        /// /dev/null.
+        #[arg(long, default_value_t = hooks::guard::FENCE_FD)]
+        fence_fd: i32,
         #[arg(last = true, required = true)]
         argv: Vec<String>,
     },
@@ -111,10 +116,15 @@ pub fn main() -> ExitCode {
     if let Command::HookGuard {
         daemon_pid,
         fence_until,
+        fence_fd,
         argv,
     } = &cli.command
     {
-        return hooks::guard::run(*daemon_pid, *fence_until, argv);
+        let fence = fence_until.map(|until| hooks::guard::Fence {
+            until,
+            fd: *fence_fd,
+        });
+        return hooks::guard::run(*daemon_pid, fence, argv);
     }
     let id = match &cli.command {
         Command::Run { id } => id.as_deref(),

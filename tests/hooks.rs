@@ -420,6 +420,29 @@ step_down_on_exit = true
     sampler.check_terms();
 }
 
+/// A hook's stdin is /dev/null, not the pipe the guard reads its fence deadlines from (a
+/// hook reading its stdin would take them).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fenced_hook_reads_dev_null_not_the_fence() {
+    let db = TestDb::new(Backend::Sqlite);
+    let settings = hooks_config(
+        &db,
+        r#"
+on_elected = ["sh", "-c", "readlink /proc/self/fd/0 > DIR/stdin.tmp && mv DIR/stdin.tmp DIR/stdin"]
+"#,
+    );
+    let node = start(&db, &settings, "a", &db.url);
+    let mut sampler = Sampler::new();
+    wait_agreed(&mut sampler, &[&node]).await;
+    let path = db.dir.join("stdin");
+    let started = std::time::Instant::now();
+    while !path.exists() {
+        assert!(started.elapsed() < SETTLE, "on_elected never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), "/dev/null");
+}
+
 backend_tests!(postgres = Backend::Postgres => failovers_keep_leader_commands_apart, losing_the_database_runs_on_demoted);
 backend_tests!(mysql = Backend::Mysql => failovers_keep_leader_commands_apart, losing_the_database_runs_on_demoted);
 backend_tests!(sqlite = Backend::Sqlite => failovers_keep_leader_commands_apart);

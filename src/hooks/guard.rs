@@ -8,9 +8,12 @@
 //!
 //! For leader-scoped hooks (`--fence-until=NS`) the guard also enforces the lease on its
 //! own: it starts nothing once NS (CLOCK_BOOTTIME nanoseconds) has passed, leaderd writes
-//! each newer kill deadline to a pipe on the guard's descriptor 3 (one per line), and the
-//! guard kills the group when the latest deadline passes, or when the pipe closes. The
-//! program gets the guard's stdin, stdout and stderr as they are.
+//! each newer kill deadline to a pipe on the guard's fence descriptor (one per line), and
+//! the guard kills the group when the latest deadline passes, or when the pipe closes. The
+//! fence descriptor is 3, and the program gets the guard's stdin, stdout and stderr as
+//! they are; or, for hooks whose stdin is /dev/null anyway, it is stdin (`--fence-fd=0`),
+//! which leaderd can set up without running code in the forked child, so it starts the
+//! guard with posix_spawn instead of fork (milliseconds on a busy or virtual host).
 //!
 //! PR_SET_PDEATHSIG fires when the *thread* that started the guard ends, not only the
 //! process. leaderd starts hooks from tokio worker threads, which live as long as the
@@ -33,10 +36,18 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitCode;
 
 pub const SUBCOMMAND: &str = "hook-guard";
-/// The guard's descriptor for the fence pipe.
+/// The guard's descriptor for the fence pipe, unless it is stdin.
 pub const FENCE_FD: i32 = 3;
 
-pub fn run(daemon_pid: i32, fence_until: Option<u64>, argv: &[String]) -> ExitCode {
+/// A leader-scoped hook's first kill deadline and where newer ones come from.
+pub struct Fence {
+    /// CLOCK_BOOTTIME nanoseconds.
+    pub until: u64,
+    /// [`FENCE_FD`], or 0: stdin, and the program gets /dev/null.
+    pub fd: i32,
+}
+
+pub fn run(daemon_pid: i32, fence: Option<Fence>, argv: &[String]) -> ExitCode {
     let group = getpgrp();
     if let Err(error) = nix::sys::prctl::set_pdeathsig(Signal::SIGUSR1) {
         eprintln!("leaderd hook-guard: cannot watch the daemon: {error}");
@@ -69,24 +80,34 @@ pub fn run(daemon_pid: i32, fence_until: Option<u64>, argv: &[String]) -> ExitCo
         eprintln!("leaderd hook-guard: nothing to run");
         return ExitCode::from(126);
     };
-    if let Some(first) = fence_until {
-        // SAFETY: leaderd opens descriptor 3 for every fenced guard (a pipe) and nothing
-        // else in this process owns it.
-        let pipe = unsafe { OwnedFd::from_raw_fd(FENCE_FD) };
-        // The program must not hold the pipe: only the guard watches it.
-        if let Err(error) = fcntl(&pipe, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)) {
-            eprintln!("leaderd hook-guard: no fence pipe on descriptor {FENCE_FD}: {error}");
+    let mut command = std::process::Command::new(program);
+    command.args(args);
+    if let Some(Fence { until, fd }) = fence {
+        if fd != 0 && fd != FENCE_FD {
+            eprintln!("leaderd hook-guard: the fence descriptor is 0 or {FENCE_FD}, not {fd}");
             let _ = killpg(group, Signal::SIGKILL);
             return ExitCode::from(126);
         }
-        if boottime_ns() >= first {
+        // SAFETY: leaderd opens the fence descriptor for every fenced guard (a pipe), and
+        // nothing else in this process owns it (stdin is not read anywhere else).
+        let pipe = unsafe { OwnedFd::from_raw_fd(fd) };
+        // The program must not hold the pipe: only the guard watches it.
+        if let Err(error) = fcntl(&pipe, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)) {
+            eprintln!("leaderd hook-guard: no fence pipe on descriptor {fd}: {error}");
+            let _ = killpg(group, Signal::SIGKILL);
+            return ExitCode::from(126);
+        }
+        if fd == 0 {
+            command.stdin(std::process::Stdio::null());
+        }
+        if boottime_ns() >= until {
             eprintln!("leaderd hook-guard: the lease ended before the hook could start");
             return ExitCode::from(125);
         }
-        watch_fence(group, first, std::fs::File::from(pipe));
+        watch_fence(group, until, std::fs::File::from(pipe));
     }
     let terminal = take_terminal(group);
-    let mut child = match std::process::Command::new(program).args(args).spawn() {
+    let mut child = match command.spawn() {
         Ok(child) => child,
         Err(error) => {
             eprintln!("leaderd hook-guard: cannot run {program:?}: {error}");

@@ -65,34 +65,50 @@ impl HookProcess {
             .arg(guard::SUBCOMMAND)
             .arg(std::process::id().to_string())
             .args(fence.map(|kill| format!("--fence-until={}", boottime_at(kill))))
-            .arg("--")
-            .args(argv)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .process_group(0);
-        match io {
-            Io::Logged => command
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped()),
-            Io::Inherited => command
-                .stdin(Stdio::inherit())
-                .stdout(Stdio::inherit())
-                .stderr(Stdio::inherit()),
+        let (fence_reader, fence_writer) = match fence {
+            Some(_) => {
+                let (reader, writer) = std::io::pipe().map_err(error)?;
+                let writer =
+                    tokio::net::unix::pipe::Sender::from_owned_fd(writer.into()).map_err(error)?;
+                (Some(reader), Some(writer))
+            }
+            None => (None, None),
         };
-        // Fence deadlines reach the guard on its descriptor 3, leaving its stdin to the
-        // program it runs.
-        let mut fence_writer = None;
-        if fence.is_some() {
-            let (reader, writer) = std::io::pipe().map_err(error)?;
-            command
-                .fd_mappings(vec![FdMapping {
-                    parent_fd: reader.into(),
-                    child_fd: guard::FENCE_FD,
-                }])
-                .map_err(|e| error(std::io::Error::other(e)))?;
-            fence_writer =
-                Some(tokio::net::unix::pipe::Sender::from_owned_fd(writer.into()).map_err(error)?);
-        }
+        match io {
+            // Fence deadlines on the guard's stdin: no descriptor to move in the child, so
+            // the guard starts through posix_spawn rather than a fork of this process.
+            Io::Logged => {
+                let stdin = match fence_reader {
+                    Some(reader) => {
+                        command.arg("--fence-fd=0");
+                        Stdio::from(reader)
+                    }
+                    None => Stdio::null(),
+                };
+                command
+                    .stdin(stdin)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+            }
+            // Fence deadlines on descriptor 3, leaving stdin to the program.
+            Io::Inherited => {
+                if let Some(reader) = fence_reader {
+                    command
+                        .fd_mappings(vec![FdMapping {
+                            parent_fd: reader.into(),
+                            child_fd: guard::FENCE_FD,
+                        }])
+                        .map_err(|e| error(std::io::Error::other(e)))?;
+                }
+                command
+                    .stdin(Stdio::inherit())
+                    .stdout(Stdio::inherit())
+                    .stderr(Stdio::inherit())
+            }
+        };
+        command.arg("--").args(argv);
         let mut child = command.spawn().map_err(error)?;
         // The read end now lives only in the guard: its closing is the guard's signal that
         // leaderd is gone.
