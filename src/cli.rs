@@ -105,7 +105,11 @@ enum Command {
         /// /dev/null.
         #[arg(long, default_value_t = hooks::guard::FENCE_FD)]
         fence_fd: i32,
-        #[arg(last = true, required = true)]
+        /// Started ahead of time: read the command, its environment and its first fence
+        /// deadline from stdin (one line of JSON), then fence deadlines as usual.
+        #[arg(long, conflicts_with_all = ["fence_until", "argv"])]
+        await_command: bool,
+        #[arg(last = true, required_unless_present = "await_command")]
         argv: Vec<String>,
     },
 }
@@ -117,14 +121,21 @@ pub fn main() -> ExitCode {
         daemon_pid,
         fence_until,
         fence_fd,
+        await_command,
         argv,
     } = &cli.command
     {
-        let fence = fence_until.map(|until| hooks::guard::Fence {
-            until,
-            fd: *fence_fd,
-        });
-        return hooks::guard::run(*daemon_pid, fence, argv);
+        let start = match await_command {
+            true => hooks::guard::Start::Await,
+            false => hooks::guard::Start::Now {
+                argv: argv.clone(),
+                fence: fence_until.map(|until| hooks::guard::Fence {
+                    until,
+                    fd: *fence_fd,
+                }),
+            },
+        };
+        return hooks::guard::run(*daemon_pid, start);
     }
     let id = match &cli.command {
         Command::Run { id } => id.as_deref(),

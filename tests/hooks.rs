@@ -415,8 +415,25 @@ step_down_on_exit = true
     ];
     let mut sampler = Sampler::new();
     let (first, term) = wait_agreed(&mut sampler, &alive(&nodes)).await;
-    let (second, _) = wait_new_leader(&mut sampler, &alive(&nodes), term).await;
-    assert_ne!(first, second, "the other node took over");
+    // Who holds the next term (the nodes need not agree on it for long: its own
+    // leader_command exits a second later too, and the resigned node polls once a second).
+    let next_leader = |statuses: &[Option<StatusFile>]| {
+        statuses
+            .iter()
+            .flatten()
+            .find(|s| s.is_leader() && s.term == Some(term + 1))
+            .map(|s| s.node_id.clone())
+    };
+    let (statuses, _) = sampler
+        .until(&alive(&nodes), SETTLE, "the next term begins", |s| {
+            next_leader(s).is_some()
+        })
+        .await;
+    assert_ne!(
+        Some(first),
+        next_leader(&statuses),
+        "the other node took over"
+    );
     sampler.check_terms();
 }
 
@@ -441,6 +458,89 @@ on_elected = ["sh", "-c", "readlink /proc/self/fd/0 > DIR/stdin.tmp && mv DIR/st
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), "/dev/null");
+}
+
+/// Guards of this daemon (`leaderd hook-guard <daemon pid> …`) still running, by pid.
+fn guards_of(daemon: i32) -> Vec<String> {
+    let daemon = daemon.to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| {
+            let pid = entry.ok()?.file_name().into_string().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let zombie = stat
+                .rsplit_once(") ")
+                .is_some_and(|(_, r)| r.starts_with('Z'));
+            (args.get(1) == Some(&b"hook-guard".as_slice())
+                && args.get(2) == Some(&daemon.as_bytes())
+                && !zombie)
+                .then_some(pid)
+        })
+        .collect()
+}
+
+/// A follower keeps a guard started ahead of time, so that its on_elected does not wait
+/// for leaderd's binary to start when it is elected; that guard goes when the daemon
+/// goes, stopped or killed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guard_started_ahead_runs_on_elected_and_goes_with_the_daemon() {
+    let db = TestDb::new(Backend::Sqlite);
+    // The guard's and the hook's start times, in clock ticks since boot.
+    let settings = hooks_config(
+        &db,
+        r#"
+on_elected = ["sh", "-c", "echo $(cut -d' ' -f22 /proc/$PPID/stat) $(cut -d' ' -f22 /proc/$$/stat) $(getconf CLK_TCK) > DIR/ages.tmp && mv DIR/ages.tmp DIR/ages.$LEADERD_NODE_ID"]
+"#,
+    );
+    let mut a = start(&db, &settings, "a", &db.url);
+    let mut sampler = Sampler::new();
+    wait_agreed(&mut sampler, &[&a]).await;
+    let mut b = start(&db, &settings, "b", &db.url);
+    let (_, term) = wait_agreed(&mut sampler, &[&a, &b]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        guards_of(b.pid().as_raw()).len(),
+        1,
+        "b keeps one guard ready"
+    );
+
+    let a_pid = a.pid().as_raw();
+    a.signal(Signal::SIGTERM);
+    a.wait_exit(Duration::from_secs(10)).await;
+    wait_new_leader(&mut sampler, &[&b], term).await;
+    let path = db.dir.join("ages.b");
+    let started = std::time::Instant::now();
+    while !path.exists() {
+        assert!(started.elapsed() < SETTLE, "b's on_elected never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ages: Vec<u64> = std::fs::read_to_string(&path)
+        .unwrap()
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    let (guard, hook, ticks) = (ages[0], ages[1], ages[2]);
+    assert!(
+        hook - guard >= ticks,
+        "the guard started {} ticks before the hook",
+        hook - guard
+    );
+    assert_eq!(guards_of(a_pid), Vec::<String>::new(), "a stopped");
+
+    let b_pid = b.pid().as_raw();
+    b.signal(Signal::SIGKILL);
+    b.wait_exit(Duration::from_secs(10)).await;
+    let killed = std::time::Instant::now();
+    while !guards_of(b_pid).is_empty() {
+        assert!(
+            killed.elapsed() < Duration::from_secs(3),
+            "b's guards outlived it: {:?}",
+            guards_of(b_pid)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 backend_tests!(postgres = Backend::Postgres => failovers_keep_leader_commands_apart, losing_the_database_runs_on_demoted);

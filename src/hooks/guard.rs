@@ -39,6 +39,17 @@ pub const SUBCOMMAND: &str = "hook-guard";
 /// The guard's descriptor for the fence pipe, unless it is stdin.
 pub const FENCE_FD: i32 = 3;
 
+/// What a guard started ahead of time (`--await-command`) reads as the first line of its
+/// stdin, as JSON; fence deadlines follow on the same pipe.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct AwaitedCommand {
+    pub argv: Vec<String>,
+    /// Set for the program on top of the guard's own environment.
+    pub env: Vec<(String, String)>,
+    /// The first kill deadline, CLOCK_BOOTTIME nanoseconds.
+    pub fence_until: u64,
+}
+
 /// A leader-scoped hook's first kill deadline and where newer ones come from.
 pub struct Fence {
     /// CLOCK_BOOTTIME nanoseconds.
@@ -47,7 +58,18 @@ pub struct Fence {
     pub fd: i32,
 }
 
-pub fn run(daemon_pid: i32, fence: Option<Fence>, argv: &[String]) -> ExitCode {
+/// How the guard learns what to run.
+pub enum Start {
+    /// From its command line, with the fence (if any) from `--fence-until`.
+    Now {
+        argv: Vec<String>,
+        fence: Option<Fence>,
+    },
+    /// From the first line of its stdin ([`AwaitedCommand`]), always fenced, on stdin.
+    Await,
+}
+
+pub fn run(daemon_pid: i32, start: Start) -> ExitCode {
     let group = getpgrp();
     if let Err(error) = nix::sys::prctl::set_pdeathsig(Signal::SIGUSR1) {
         eprintln!("leaderd hook-guard: cannot watch the daemon: {error}");
@@ -76,27 +98,52 @@ pub fn run(daemon_pid: i32, fence: Option<Fence>, argv: &[String]) -> ExitCode {
             }
         }
     });
+    let (argv, env, fence) = match start {
+        Start::Now { argv, fence: None } => (argv, Vec::new(), None),
+        Start::Now {
+            argv,
+            fence: Some(Fence { until, fd }),
+        } => match fence_pipe(fd) {
+            Ok(pipe) => (argv, Vec::new(), Some((until, fd, pipe))),
+            Err(why) => {
+                eprintln!("leaderd hook-guard: {why}");
+                let _ = killpg(group, Signal::SIGKILL);
+                return ExitCode::from(126);
+            }
+        },
+        Start::Await => {
+            let mut pipe = match fence_pipe(0) {
+                Ok(pipe) => pipe,
+                Err(why) => {
+                    eprintln!("leaderd hook-guard: {why}");
+                    return ExitCode::from(126);
+                }
+            };
+            let mut line = String::new();
+            match std::io::BufRead::read_line(&mut pipe, &mut line) {
+                // leaderd let it go unused (it stopped, or runs no such hook any more).
+                Ok(0) => return ExitCode::SUCCESS,
+                Ok(_) => match serde_json::from_str::<AwaitedCommand>(&line) {
+                    Ok(c) => (c.argv, c.env, Some((c.fence_until, 0, pipe))),
+                    Err(error) => {
+                        eprintln!("leaderd hook-guard: not a command: {error}");
+                        return ExitCode::from(126);
+                    }
+                },
+                Err(error) => {
+                    eprintln!("leaderd hook-guard: cannot read the command: {error}");
+                    return ExitCode::from(126);
+                }
+            }
+        }
+    };
     let Some((program, args)) = argv.split_first() else {
         eprintln!("leaderd hook-guard: nothing to run");
         return ExitCode::from(126);
     };
     let mut command = std::process::Command::new(program);
-    command.args(args);
-    if let Some(Fence { until, fd }) = fence {
-        if fd != 0 && fd != FENCE_FD {
-            eprintln!("leaderd hook-guard: the fence descriptor is 0 or {FENCE_FD}, not {fd}");
-            let _ = killpg(group, Signal::SIGKILL);
-            return ExitCode::from(126);
-        }
-        // SAFETY: leaderd opens the fence descriptor for every fenced guard (a pipe), and
-        // nothing else in this process owns it (stdin is not read anywhere else).
-        let pipe = unsafe { OwnedFd::from_raw_fd(fd) };
-        // The program must not hold the pipe: only the guard watches it.
-        if let Err(error) = fcntl(&pipe, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)) {
-            eprintln!("leaderd hook-guard: no fence pipe on descriptor {fd}: {error}");
-            let _ = killpg(group, Signal::SIGKILL);
-            return ExitCode::from(126);
-        }
+    command.args(args).envs(env);
+    if let Some((until, fd, pipe)) = fence {
         if fd == 0 {
             command.stdin(std::process::Stdio::null());
         }
@@ -104,7 +151,7 @@ pub fn run(daemon_pid: i32, fence: Option<Fence>, argv: &[String]) -> ExitCode {
             eprintln!("leaderd hook-guard: the lease ended before the hook could start");
             return ExitCode::from(125);
         }
-        watch_fence(group, until, std::fs::File::from(pipe));
+        watch_fence(group, until, pipe);
     }
     let terminal = take_terminal(group);
     let mut child = match command.spawn() {
@@ -130,6 +177,20 @@ pub fn run(daemon_pid: i32, fence: Option<Fence>, argv: &[String]) -> ExitCode {
         },
         Err(_) => ExitCode::FAILURE,
     }
+}
+
+/// The fence pipe on descriptor `fd` (0 or [`FENCE_FD`]), made close-on-exec: the program
+/// must not hold it, only the guard watches it.
+fn fence_pipe(fd: i32) -> Result<std::io::BufReader<std::fs::File>, String> {
+    if fd != 0 && fd != FENCE_FD {
+        return Err(format!("the fence descriptor is 0 or {FENCE_FD}, not {fd}"));
+    }
+    // SAFETY: leaderd opens the fence descriptor for every fenced guard (a pipe), and
+    // nothing else in this process owns it (stdin is not read anywhere else).
+    let pipe = unsafe { OwnedFd::from_raw_fd(fd) };
+    fcntl(&pipe, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
+        .map_err(|error| format!("no fence pipe on descriptor {fd}: {error}"))?;
+    Ok(std::io::BufReader::new(std::fs::File::from(pipe)))
 }
 
 /// Makes `group` the foreground of the terminal on stdin, if there is one; returns
@@ -159,14 +220,13 @@ fn give_terminal_back(daemon_pid: i32) {
 const FENCE_LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Kills the group when the latest deadline read from `pipe` passes, or the pipe closes.
-fn watch_fence(group: nix::unistd::Pid, first: u64, pipe: std::fs::File) {
-    use std::io::BufRead;
+fn watch_fence(group: nix::unistd::Pid, first: u64, pipe: impl std::io::BufRead + Send + 'static) {
     use std::sync::{Arc, Condvar, Mutex};
     let deadline: Arc<(Mutex<Option<u64>>, Condvar)> =
         Arc::new((Mutex::new(Some(first)), Condvar::new()));
     let reader = Arc::clone(&deadline);
     std::thread::spawn(move || {
-        for line in std::io::BufReader::new(pipe).lines() {
+        for line in pipe.lines() {
             let Ok(Ok(ns)) = line.map(|l| l.trim().parse::<u64>()) else {
                 break;
             };

@@ -19,16 +19,19 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 pub use config::{HookCommand, HooksConfig, LeaderCommand, Restart};
-use process::{HookProcess, Io};
+use process::{HookProcess, Io, WarmGuard};
 
 use crate::election::{ResignHandle, Role, RoleEvent, Status};
 use crate::metrics::Metrics;
 
 /// Between SIGTERM on a timeout and SIGKILL.
 const KILL_GRACE: Duration = Duration::from_secs(2);
+/// After a fenced hook took the guard started ahead, when the next one starts: not while
+/// that hook is starting, on a host with few cores.
+const WARM_GUARD_AFTER: Duration = Duration::from_millis(100);
 
 /// What every hook is told about where it runs.
 #[derive(Debug, Clone)]
@@ -111,6 +114,8 @@ struct RunSpec {
     io: Io,
     /// Signals to pass on to the process group as they come.
     forward: Option<mpsc::UnboundedReceiver<Signal>>,
+    /// A guard started ahead of time to run it through (fenced hooks only).
+    warm: Option<WarmGuard>,
 }
 
 /// Runs one hook to its end, enforcing its timeout, explicit stop requests (`stop_by`:
@@ -142,18 +147,29 @@ async fn run(
         context.count_run(spec.hook, "not_started", Duration::ZERO);
         return not_run;
     }
-    let mut process =
-        match HookProcess::spawn(spec.hook, &spec.argv, &spec.env, first_fence, spec.io) {
-            Ok(process) => process,
-            Err(error) => {
-                warn!(%error, "hook not run");
-                context.count_run(spec.hook, "not_started", Duration::ZERO);
-                return RunOutcome {
-                    status: None,
-                    stopped: false,
-                };
-            }
-        };
+    let warm = match (spec.warm.take(), first_fence) {
+        (Some(guard), Some(fence)) => guard
+            .run(spec.hook, &spec.argv, &spec.env, fence)
+            .await
+            .inspect_err(|error| debug!(%error, "the guard started ahead is gone; starting one"))
+            .ok(),
+        _ => None,
+    };
+    let spawned = match warm {
+        Some(process) => Ok(process),
+        None => HookProcess::spawn(spec.hook, &spec.argv, &spec.env, first_fence, spec.io),
+    };
+    let mut process = match spawned {
+        Ok(process) => process,
+        Err(error) => {
+            warn!(%error, "hook not run");
+            context.count_run(spec.hook, "not_started", Duration::ZERO);
+            return RunOutcome {
+                status: None,
+                stopped: false,
+            };
+        }
+    };
     let timeout_at = spec.timeout.map(|t| process.started + t);
     let (mut term_sent, mut kill_sent) = (false, false);
     let (mut lease_open, mut stop_open) = (spec.fence_term.is_some(), true);
@@ -268,6 +284,7 @@ pub async fn run_leased(
         fence_term: Some(term),
         io: Io::Inherited,
         forward: Some(forward),
+        warm: None,
     };
     // Nothing else stops it: signals are forwarded instead.
     let (_never, stop_by) = watch::channel(None);
@@ -376,6 +393,9 @@ struct Supervisor {
     command_restart_at: Option<Instant>,
     /// Stepping down for shutdown: no new leader work, events ignored.
     stopping: bool,
+    /// A guard started ahead of time for the next fenced hook, and when to start the next.
+    warm: Option<WarmGuard>,
+    warm_due: Option<Instant>,
 }
 
 async fn join_opt<T>(handle: &mut Option<JoinHandle<T>>) -> Option<T> {
@@ -417,6 +437,38 @@ impl Supervisor {
             step_down_deadline: None,
             command_restart_at: None,
             stopping: false,
+            warm: None,
+            warm_due: Some(Instant::now()),
+        }
+    }
+
+    /// Whether any hook configured now is fenced (and so can use a guard started ahead).
+    fn runs_fenced_hooks(&self) -> bool {
+        let c = &self.config;
+        !self.stopping
+            && (c.on_elected.is_some() || c.while_leader.is_some() || c.leader_command.is_some())
+    }
+
+    /// The guard started ahead, for a fenced hook starting now; the next one starts a
+    /// little later, not while this hook is starting.
+    fn take_warm_guard(&mut self) -> Option<WarmGuard> {
+        self.warm_due
+            .get_or_insert(Instant::now() + WARM_GUARD_AFTER);
+        self.warm.take()
+    }
+
+    fn start_warm_guard(&mut self) {
+        self.warm_due = None;
+        if self.warm.is_some() || !self.runs_fenced_hooks() {
+            return;
+        }
+        match WarmGuard::start() {
+            Ok(guard) => self.warm = Some(guard),
+            // Hooks start the usual way; try again later.
+            Err(error) => {
+                debug!(%error, "cannot start a guard ahead of time");
+                self.warm_due = Some(Instant::now() + self.context.interval);
+            }
         }
     }
 
@@ -443,7 +495,7 @@ impl Supervisor {
     }
 
     fn start(
-        &self,
+        &mut self,
         hook: &'static str,
         command: &HookCommand,
         env: Vec<(String, String)>,
@@ -464,6 +516,7 @@ impl Supervisor {
             fence_term,
             io: Io::Logged,
             forward: None,
+            warm: fence_term.and_then(|_| self.take_warm_guard()),
         };
         tokio::spawn(run(
             spec,
@@ -504,6 +557,7 @@ impl Supervisor {
             fence_term: Some(term),
             io: Io::Logged,
             forward: None,
+            warm: self.take_warm_guard(),
         };
         info!(term, "starting leader_command");
         self.command_term = Some(term);
@@ -617,6 +671,8 @@ impl Supervisor {
                 Some(config) = reloads.recv() => {
                     info!("hooks reloaded");
                     self.config = config;
+                    // A fenced hook the reload added gets a guard started ahead too.
+                    self.warm_due.get_or_insert_with(Instant::now);
                     // A leader_command added by the reload starts now.
                     self.start_leader_command();
                 }
@@ -646,6 +702,9 @@ impl Supervisor {
                 outcome = join_opt(&mut self.command_run) => {
                     let term = self.command_term.take();
                     self.leader_command_ended(outcome, term);
+                }
+                _ = sleep_until(self.warm_due.unwrap_or_else(Instant::now)), if self.warm_due.is_some() => {
+                    self.start_warm_guard();
                 }
                 _ = sleep_until(self.command_restart_at.unwrap_or_else(Instant::now)), if self.command_restart_at.is_some() => {
                     self.command_restart_at = None;
@@ -725,6 +784,7 @@ impl Supervisor {
         // Every hook running now is stopped, leader work and event hooks alike.
         self.stop_by.send_replace(Some(Instant::now() + grace));
         self.stopping = true;
+        self.warm = None;
         self.command_restart_at = None;
         self.queue.clear();
         if let Some(term) = self.leading.take() {

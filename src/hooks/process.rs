@@ -160,6 +160,79 @@ impl HookProcess {
     }
 }
 
+/// A guard started ahead of time, waiting on its stdin for the hook it is to run: a fenced
+/// hook started through it does not wait for leaderd's own binary to start (a few
+/// milliseconds on a virtual host) at the moment leadership begins. Dropping it closes
+/// the pipe, and the guard exits; it dies with leaderd like any guard.
+pub struct WarmGuard {
+    fence: tokio::net::unix::pipe::Sender,
+    child: tokio::process::Child,
+}
+
+impl WarmGuard {
+    pub fn start() -> Result<WarmGuard, SpawnError> {
+        let error = |source| SpawnError {
+            hook: "(any fenced hook)",
+            program: "leaderd hook-guard".to_owned(),
+            source,
+        };
+        let (reader, writer) = std::io::pipe().map_err(error)?;
+        let fence = tokio::net::unix::pipe::Sender::from_owned_fd(writer.into()).map_err(error)?;
+        let mut command = tokio::process::Command::new("/proc/self/exe");
+        command
+            .arg(guard::SUBCOMMAND)
+            .arg(std::process::id().to_string())
+            .arg("--await-command")
+            .process_group(0)
+            .stdin(Stdio::from(reader))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let child = command.spawn().map_err(error)?;
+        Ok(WarmGuard { fence, child })
+    }
+
+    /// Runs `argv` through this guard, fenced by `fence`. An error means the guard is gone
+    /// (start the hook the usual way).
+    pub async fn run(
+        mut self,
+        hook: &'static str,
+        argv: &[String],
+        env: &[(String, String)],
+        fence: Instant,
+    ) -> Result<HookProcess, SpawnError> {
+        use tokio::io::AsyncWriteExt;
+        let error = |source| SpawnError {
+            hook,
+            program: argv.first().cloned().unwrap_or_default(),
+            source,
+        };
+        let command = guard::AwaitedCommand {
+            argv: argv.to_vec(),
+            env: env.to_vec(),
+            fence_until: boottime_at(fence),
+        };
+        let mut line = serde_json::to_vec(&command).map_err(|e| error(e.into()))?;
+        line.push(b'\n');
+        self.fence.write_all(&line).await.map_err(error)?;
+        let pid = self
+            .child
+            .id()
+            .ok_or_else(|| error(std::io::Error::other("the guard exited")))?;
+        if let Some(stdout) = self.child.stdout.take() {
+            tokio::spawn(forward(hook, "stdout", stdout));
+        }
+        if let Some(stderr) = self.child.stderr.take() {
+            tokio::spawn(forward(hook, "stderr", stderr));
+        }
+        Ok(HookProcess {
+            fence: Some(self.fence),
+            child: self.child,
+            group: Pid::from_raw(pid as i32),
+            started: Instant::now(),
+        })
+    }
+}
+
 /// A tokio instant as CLOCK_BOOTTIME nanoseconds, the clock the guard reads.
 fn boottime_at(instant: Instant) -> u64 {
     let ahead = instant.saturating_duration_since(Instant::now());
