@@ -31,8 +31,9 @@ pub struct ElectionSettings {
     /// Time between renewals while holding the lease.
     pub interval: Duration,
     /// Most time between reads while not holding it (a follower also reads at the moment
-    /// it expects the lease to lapse, spread by up to [`ElectionSettings::lapse_spread`],
-    /// which may come that much after the regular read). At most `interval`.
+    /// it expects the lease to lapse, spread by up to [`ElectionSettings::lapse_spread`]
+    /// or more while the database is slow, which may come that much after the regular
+    /// read). At most `interval`.
     pub poll: Duration,
 }
 
@@ -66,6 +67,15 @@ impl ElectionSettings {
     /// after each renewal (a thousand followers at once, in the scale benchmark).
     pub fn lapse_spread(&self) -> Duration {
         (self.ttl / 64).min(Duration::from_millis(20))
+    }
+
+    /// [`ElectionSettings::lapse_spread`], widened to four times the last read's round
+    /// trip while the database is slow to answer (as when many followers read together),
+    /// up to a quarter of the interval.
+    fn lapse_spread_after(&self, round_trip: Duration) -> Duration {
+        self.lapse_spread()
+            .max(round_trip.saturating_mul(4))
+            .min(self.interval / 4)
     }
 
     /// The margin a leader has to complete a renewal before its lease can lapse.
@@ -809,6 +819,11 @@ impl Machine {
             }
         };
         debug!(round_trip_us = round_trip.as_micros() as u64, "round");
+        // The first round after (re)connecting also paid for connecting.
+        let measured_trip = match self.failures == 0 && self.connected {
+            true => round_trip,
+            false => Duration::ZERO,
+        };
         if self.failures > 0 {
             info!(failures = self.failures, election = %settings.name, "database reachable again");
             self.failures = 0;
@@ -905,7 +920,8 @@ impl Machine {
                         let lapse = now + row.remaining().max(MIN_POLL);
                         match lapse < next_poll {
                             true => {
-                                lapse + rand::random_range(Duration::ZERO..=settings.lapse_spread())
+                                let spread = settings.lapse_spread_after(measured_trip);
+                                lapse + rand::random_range(Duration::ZERO..=spread)
                             }
                             false => next_poll,
                         }

@@ -575,6 +575,64 @@ async fn followers_spread_their_polls_at_the_lapse() {
     }
 }
 
+/// While reads are slow, lapse polls spread wider: over four round trips (here 4 × 15 ms),
+/// up to a quarter of the interval, instead of min(ttl/64, 20 ms).
+#[tokio::test(start_paused = true)]
+async fn slow_reads_spread_lapse_polls_wider() {
+    let table = MemoryStore::new();
+    let leader = Node::start(&table, "leader");
+    until(Duration::from_millis(10), &table, &[&leader], || {
+        leader.is_leader()
+    })
+    .await;
+    let reads = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut stops = Vec::new();
+    for follower in 0..30 {
+        tokio::time::sleep(INTERVAL / 30).await;
+        let settings = ElectionSettings::new(ELECTION, &format!("f{follower}"), TTL, INTERVAL);
+        let store = table.handle();
+        store.set_faults(Faults {
+            latency: Duration::from_millis(15),
+            ..Faults::default()
+        });
+        let (mut election, _status) = Election::new(settings, store);
+        let seen = Arc::clone(&reads);
+        election.observe(Arc::new(move |_| seen.lock().unwrap().push(Instant::now())));
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(election.run(async move {
+            let _ = stopped.await;
+        }));
+        stops.push(stop);
+    }
+    run_checked(Duration::from_secs(5), &table, &[&leader]).await;
+    let renewed = Instant::now() - table.row(ELECTION).unwrap().age;
+    reads.lock().unwrap().clear();
+    run_checked(INTERVAL * 2, &table, &[&leader]).await;
+    // Reads answered just after the lapse following `renewed`: at the lapse plus
+    // the read's own 15 ms, plus the spread.
+    let lapse = renewed + TTL;
+    let offsets: Vec<Duration> = reads
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| **r >= lapse && **r < lapse + Duration::from_millis(100))
+        .map(|r| *r - lapse)
+        .collect();
+    assert!(offsets.len() >= 15, "{offsets:?}");
+    let widest = offsets.iter().max().unwrap();
+    assert!(
+        *widest > Duration::from_millis(15) + TTL / 64,
+        "spread over {widest:?}"
+    );
+    assert!(
+        *widest <= Duration::from_millis(15 + 60),
+        "spread over {widest:?}"
+    );
+    for stop in stops {
+        let _ = stop.send(());
+    }
+}
+
 /// Round reports count the statements each round sent, matching what reached the store.
 #[tokio::test(start_paused = true)]
 async fn round_reports_count_the_statements_sent() {
