@@ -282,17 +282,8 @@ async fn round<S: LeaseStore>(
             if let Some(expected) = released_in {
                 // The claim checks the term and that the lease is free, so a stale term
                 // only costs the read below.
-                *statements += 1;
-                let claimed = store
-                    .claim(name, me, ttl, expected)
-                    .await
-                    .map_err(|error| RoundError {
-                        error,
-                        in_doubt: Some(expected + 1),
-                    })?;
-                if claimed {
-                    let term = expected + 1;
-                    return Ok((Outcome::Holding { term, sent }, sent.elapsed()));
+                if let Some(holding) = claim(store, settings, expected, statements).await? {
+                    return Ok((holding, sent.elapsed()));
                 }
             }
         }
@@ -312,24 +303,38 @@ async fn round<S: LeaseStore>(
         Some(_) => None,
     };
     if let Some(expected) = free_term {
-        let sent = Instant::now();
-        *statements += 1;
-        let claimed = store
-            .claim(name, me, ttl, expected)
-            .await
-            .map_err(|error| RoundError {
-                error,
-                in_doubt: Some(expected + 1),
-            })?;
-        if claimed {
-            let term = expected + 1;
-            return Ok((Outcome::Holding { term, sent }, round_trip));
+        if let Some(holding) = claim(store, settings, expected, statements).await? {
+            return Ok((holding, round_trip));
         }
         // Another node was faster; see who.
         *statements += 1;
         return Ok((Outcome::Observed(store.get(name).await?), round_trip));
     }
     Ok((Outcome::Observed(row), round_trip))
+}
+
+/// Claims a free lease in `expected`: `Holding` the next term if this node took it, `None`
+/// if another node did first or the term was stale. A claim whose answer is lost may have
+/// committed: its term is in doubt.
+async fn claim<S: LeaseStore>(
+    store: &mut S,
+    settings: &ElectionSettings,
+    expected: i64,
+    statements: &mut u64,
+) -> Result<Option<Outcome>, RoundError> {
+    let sent = Instant::now();
+    *statements += 1;
+    let claimed = store
+        .claim(&settings.name, &settings.node_id, settings.ttl, expected)
+        .await
+        .map_err(|error| RoundError {
+            error,
+            in_doubt: Some(expected + 1),
+        })?;
+    Ok(claimed.then_some(Outcome::Holding {
+        term: expected + 1,
+        sent,
+    }))
 }
 
 /// First retry after a failed round; doubles up to one interval.

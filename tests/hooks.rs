@@ -451,13 +451,18 @@ on_elected = ["sh", "-c", "readlink /proc/self/fd/0 > DIR/stdin.tmp && mv DIR/st
     let node = start(&db, &settings, "a", &db.url);
     let mut sampler = Sampler::new();
     wait_agreed(&mut sampler, &[&node]).await;
-    let path = db.dir.join("stdin");
+    let stdin = written(&db.dir.join("stdin"), "on_elected never ran").await;
+    assert_eq!(stdin.trim(), "/dev/null");
+}
+
+/// The contents of the file at `path` once a hook has written it (within SETTLE).
+async fn written(path: &std::path::Path, never: &str) -> String {
     let started = std::time::Instant::now();
     while !path.exists() {
-        assert!(started.elapsed() < SETTLE, "on_elected never ran");
+        assert!(started.elapsed() < SETTLE, "{never}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), "/dev/null");
+    std::fs::read_to_string(path).unwrap()
 }
 
 /// Guards of this daemon (`leaderd hook-guard <daemon pid> …`) still running, by pid.
@@ -510,14 +515,8 @@ on_elected = ["sh", "-c", "echo $(cut -d' ' -f22 /proc/$PPID/stat) $(cut -d' ' -
     a.signal(Signal::SIGTERM);
     a.wait_exit(Duration::from_secs(10)).await;
     wait_new_leader(&mut sampler, &[&b], term).await;
-    let path = db.dir.join("ages.b");
-    let started = std::time::Instant::now();
-    while !path.exists() {
-        assert!(started.elapsed() < SETTLE, "b's on_elected never ran");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let ages: Vec<u64> = std::fs::read_to_string(&path)
-        .unwrap()
+    let ages: Vec<u64> = written(&db.dir.join("ages.b"), "b's on_elected never ran")
+        .await
         .split_whitespace()
         .map(|n| n.parse().unwrap())
         .collect();

@@ -529,6 +529,34 @@ async fn a_steady_round_costs_one_operation_for_leader_and_follower() {
     assert!((10..=11).contains(&rounds.1), "follower: {rounds:?}");
 }
 
+/// Starts 30 followers over one interval, as nodes on many hosts would start, each with
+/// `faults` on its connection; returns when each round of theirs ended, and their stops.
+async fn start_followers(
+    table: &MemoryStore,
+    faults: Faults,
+) -> (
+    Arc<std::sync::Mutex<Vec<Instant>>>,
+    Vec<oneshot::Sender<()>>,
+) {
+    let reads = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut stops = Vec::new();
+    for follower in 0..30 {
+        tokio::time::sleep(INTERVAL / 30).await;
+        let settings = ElectionSettings::new(ELECTION, &format!("f{follower}"), TTL, INTERVAL);
+        let store = table.handle();
+        store.set_faults(faults.clone());
+        let (mut election, _status) = Election::new(settings, store);
+        let seen = Arc::clone(&reads);
+        election.observe(Arc::new(move |_| seen.lock().unwrap().push(Instant::now())));
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(election.run(async move {
+            let _ = stopped.await;
+        }));
+        stops.push(stop);
+    }
+    (reads, stops)
+}
+
 /// Followers that expect the lease to lapse read within `lapse_spread` after the instant
 /// it can lapse, each at its own moment: were they all to read at that instant, they would
 /// all read together again right after each renewal.
@@ -540,21 +568,7 @@ async fn followers_spread_their_polls_at_the_lapse() {
         leader.is_leader()
     })
     .await;
-    let reads = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mut stops = Vec::new();
-    // Started over one interval, as nodes on many hosts would be.
-    for follower in 0..30 {
-        tokio::time::sleep(INTERVAL / 30).await;
-        let settings = ElectionSettings::new(ELECTION, &format!("f{follower}"), TTL, INTERVAL);
-        let (mut election, _status) = Election::new(settings, table.handle());
-        let seen = Arc::clone(&reads);
-        election.observe(Arc::new(move |_| seen.lock().unwrap().push(Instant::now())));
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(election.run(async move {
-            let _ = stopped.await;
-        }));
-        stops.push(stop);
-    }
+    let (reads, stops) = start_followers(&table, Faults::default()).await;
     // Long enough for spreads that shrink from round to round to have shrunk.
     run_checked(Duration::from_secs(20), &table, &[&leader]).await;
     reads.lock().unwrap().clear();
@@ -585,25 +599,11 @@ async fn slow_reads_spread_lapse_polls_wider() {
         leader.is_leader()
     })
     .await;
-    let reads = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mut stops = Vec::new();
-    for follower in 0..30 {
-        tokio::time::sleep(INTERVAL / 30).await;
-        let settings = ElectionSettings::new(ELECTION, &format!("f{follower}"), TTL, INTERVAL);
-        let store = table.handle();
-        store.set_faults(Faults {
-            latency: Duration::from_millis(15),
-            ..Faults::default()
-        });
-        let (mut election, _status) = Election::new(settings, store);
-        let seen = Arc::clone(&reads);
-        election.observe(Arc::new(move |_| seen.lock().unwrap().push(Instant::now())));
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(election.run(async move {
-            let _ = stopped.await;
-        }));
-        stops.push(stop);
-    }
+    let faults = Faults {
+        latency: Duration::from_millis(15),
+        ..Faults::default()
+    };
+    let (reads, stops) = start_followers(&table, faults).await;
     run_checked(Duration::from_secs(5), &table, &[&leader]).await;
     let renewed = Instant::now() - table.row(ELECTION).unwrap().age;
     reads.lock().unwrap().clear();
