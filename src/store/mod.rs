@@ -155,6 +155,15 @@ pub struct SqlStore {
     migrate_on_connect: bool,
 }
 
+/// What a connection opened for an operation does before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    /// Prepares the statements of a handover (see [`DbConnection::prepare_handover`]).
+    PrepareHandover,
+    /// Nothing: a renewal on a new connection is already late enough.
+    Plain,
+}
+
 /// Migrations wait for other nodes' migrations on the same database.
 const MIGRATION_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -170,7 +179,8 @@ impl SqlStore {
 
     /// Connects now (applying migrations if asked to) instead of on the first operation.
     pub async fn connect(&mut self) -> Result<(), StoreError> {
-        self.run(|_| Box::pin(async { Ok(()) })).await
+        self.run(Opening::PrepareHandover, |_| Box::pin(async { Ok(()) }))
+            .await
     }
 
     /// Runs `op` on the connection, opening one first if needed.
@@ -181,6 +191,7 @@ impl SqlStore {
     /// half-used connection behind, and a slow driver cannot stall the caller.
     async fn run<T: Send + 'static>(
         &mut self,
+        opening: Opening,
         op: impl for<'c> FnOnce(&'c mut DbConnection) -> BoxFuture<'c, Result<T, StoreError>>
         + Send
         + 'static,
@@ -211,11 +222,13 @@ impl SqlStore {
                     } else {
                         opened
                     };
-                    timeout(timeouts.query, opened.prepare_handover())
-                        .await
-                        .map_err(|_| StoreError::QueryTimeout {
-                            after: timeouts.query,
-                        })??;
+                    if opening == Opening::PrepareHandover {
+                        timeout(timeouts.query, opened.prepare_handover())
+                            .await
+                            .map_err(|_| StoreError::QueryTimeout {
+                                after: timeouts.query,
+                            })??;
+                    }
                     opened
                 }
             };
@@ -237,14 +250,18 @@ impl SqlStore {
 impl LeaseStore for SqlStore {
     async fn get(&mut self, name: &str) -> Result<Option<LeaseRow>, StoreError> {
         let name = name.to_owned();
-        self.run(move |c| Box::pin(async move { c.get(&name).await }))
-            .await
+        self.run(Opening::PrepareHandover, move |c| {
+            Box::pin(async move { c.get(&name).await })
+        })
+        .await
     }
 
     async fn ensure_row(&mut self, name: &str) -> Result<(), StoreError> {
         let name = name.to_owned();
-        self.run(move |c| Box::pin(async move { c.ensure_row(&name).await }))
-            .await
+        self.run(Opening::PrepareHandover, move |c| {
+            Box::pin(async move { c.ensure_row(&name).await })
+        })
+        .await
     }
 
     async fn claim(
@@ -255,7 +272,7 @@ impl LeaseStore for SqlStore {
         expected_term: i64,
     ) -> Result<bool, StoreError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.run(move |c| {
+        self.run(Opening::PrepareHandover, move |c| {
             Box::pin(async move { c.claim(&name, &holder, ttl, expected_term).await })
         })
         .await
@@ -269,8 +286,10 @@ impl LeaseStore for SqlStore {
         term: i64,
     ) -> Result<bool, StoreError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.run(move |c| Box::pin(async move { c.reacquire(&name, &holder, ttl, term).await }))
-            .await
+        self.run(Opening::PrepareHandover, move |c| {
+            Box::pin(async move { c.reacquire(&name, &holder, ttl, term).await })
+        })
+        .await
     }
 
     async fn renew(
@@ -281,14 +300,18 @@ impl LeaseStore for SqlStore {
         term: i64,
     ) -> Result<bool, StoreError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.run(move |c| Box::pin(async move { c.renew(&name, &holder, ttl, term).await }))
-            .await
+        self.run(Opening::Plain, move |c| {
+            Box::pin(async move { c.renew(&name, &holder, ttl, term).await })
+        })
+        .await
     }
 
     async fn release(&mut self, name: &str, holder: &str, term: i64) -> Result<bool, StoreError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.run(move |c| Box::pin(async move { c.release(&name, &holder, term).await }))
-            .await
+        self.run(Opening::PrepareHandover, move |c| {
+            Box::pin(async move { c.release(&name, &holder, term).await })
+        })
+        .await
     }
 
     fn release_notifications(&self, name: &str) -> Option<tokio::sync::mpsc::Receiver<()>> {

@@ -367,6 +367,7 @@ impl DbConnection {
     /// backend parses and plans a statement on its first use, which takes milliseconds;
     /// a handover there otherwise takes about one millisecond per round trip. The other
     /// backends poll, and an UPDATE that matches nothing still takes locks on them.
+    /// Not run before a renewal (see `SqlStore::run`), which must not wait for it.
     pub async fn prepare_handover(&mut self) -> Result<(), StoreError> {
         if let DbConnection::Postgres(_) = self {
             self.claim("", "", Duration::ZERO, NO_TERM).await?;
