@@ -52,6 +52,9 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         config.interval,
     );
     let (mut election, statuses) = Election::new(settings, store(&config, config.migrate));
+    // A node told to stop never claims again, whatever its link does while its hooks
+    // step down.
+    let claims = election.claim_gate();
     let metrics = Metrics::new();
     let (rounds_completed, rounds) = watch::channel(0u64);
     let observer_metrics = metrics.clone();
@@ -91,12 +94,13 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         statuses.clone(),
         resign,
     );
-    let writer = status_file::spawn_writer(
+    let (writer, durable) = status_file::spawn_writer(
         config.status_path.clone(),
         config.election.clone(),
         config.node_id.clone(),
         statuses.clone(),
     );
+    election.release_after(durable);
     let follower = metrics.follow_status(statuses.clone());
     let notifier = systemd::spawn_notifier(statuses.clone(), rounds);
     // On SIGTERM the hooks stop first, while the election still holds and renews the
@@ -106,7 +110,10 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
-                _ = &mut shutdown => break,
+                _ = &mut shutdown => {
+                    claims.close();
+                    break;
+                }
                 Some(()) = reload_requests.recv() => {
                     reload(&mut running, &source, &mut hooks, &log, &statuses);
                 }

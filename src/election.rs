@@ -37,6 +37,33 @@ pub struct ElectionSettings {
     pub poll: Duration,
 }
 
+/// A clock that goes on while the host is suspended, as the database's clock does:
+/// CLOCK_BOOTTIME, as time since boot. tokio's timers run on CLOCK_MONOTONIC, which stands
+/// still meanwhile, so a lease judged by it alone would outlive a suspend. Injectable so
+/// that tests can suspend the host.
+pub type BootClock = Arc<dyn Fn() -> Duration + Send + Sync>;
+
+/// CLOCK_BOOTTIME now, as time since boot.
+pub fn boottime() -> Duration {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .expect("CLOCK_BOOTTIME is available");
+    Duration::new(now.tv_sec() as u64, now.tv_nsec() as u32)
+}
+
+/// CLOCK_BOOTTIME as seen from tokio's clock: [`boottime`], plus however far tokio's clock
+/// runs ahead of the real one (never, unless tests pause and advance it). Elections use
+/// it, so that paused-time tests see a boot clock that moves with their time.
+fn boottime_by_tokio() -> Duration {
+    let ahead = Instant::now()
+        .into_std()
+        .saturating_duration_since(std::time::Instant::now());
+    boottime() + ahead
+}
+
+/// How often a leader looks at CLOCK_BOOTTIME for its deadline: its timers would not
+/// notice that the host slept.
+const BOOT_LOOK_EVERY: Duration = Duration::from_millis(100);
+
 /// See [`ElectionSettings::safety_margin`].
 pub fn safety_margin(ttl: Duration) -> Duration {
     ttl / 500 + Duration::from_millis(2)
@@ -120,6 +147,9 @@ pub struct Status {
     pub valid_until: SystemTime,
     /// The monotonic lease deadline while leader, for in-process consumers.
     pub lease_deadline: Option<Instant>,
+    /// The same deadline on CLOCK_BOOTTIME ([`boottime`]), which also counts time the host
+    /// spent suspended: fences are derived from it.
+    pub lease_deadline_boot: Option<Duration>,
     /// When the current leader's lease lapses unless renewed, as far as this node knows:
     /// its own deadline while leader, else the remaining time the database reported at the
     /// last read, counted from when the answer arrived.
@@ -127,6 +157,9 @@ pub struct Status {
     /// Why the last round failed, while the database keeps failing (`None` once it
     /// answers).
     pub error: Option<String>,
+    /// Grows with every publication, so a consumer can say which one it has made durable
+    /// (see [`Election::release_after`]).
+    pub version: u64,
 }
 
 impl Status {
@@ -140,8 +173,10 @@ impl Status {
             updated_at: now,
             valid_until: now,
             lease_deadline: None,
+            lease_deadline_boot: None,
             leader_lease_until: None,
             error: None,
+            version: 0,
         }
     }
 }
@@ -185,13 +220,49 @@ pub struct RoundReport {
 /// A consumer of [`RoundReport`]s (see [`Election::observe`]).
 pub type RoundObserver = Arc<dyn Fn(&RoundReport) + Send + Sync>;
 
+/// An instant on both of this node's clocks: the monotonic one its timers run on, and
+/// [`BootClock`], which also counts a suspend of the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Instants {
+    at: Instant,
+    boot: Duration,
+}
+
+impl Instants {
+    fn now(boot: &BootClock) -> Self {
+        Instants {
+            at: Instant::now(),
+            boot: boot(),
+        }
+    }
+
+    fn plus(self, duration: Duration) -> Self {
+        Instants {
+            at: self.at + duration,
+            boot: self.boot + duration,
+        }
+    }
+
+    /// Time left until this instant by both clocks: the host may have slept since `now`'s
+    /// monotonic reading was taken, never the other way round.
+    fn left(self, now: Instants) -> Duration {
+        self.at
+            .saturating_duration_since(now.at)
+            .min(self.boot.saturating_sub(now.boot))
+    }
+
+    fn passed(self, now: Instants) -> bool {
+        self.left(now).is_zero()
+    }
+}
+
 /// What this node holds in the database, as far as it knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Hold {
     /// Nothing: this node follows.
     None,
     /// Acting as leader in `term` until `deadline`.
-    Leading { term: i64, deadline: Instant },
+    Leading { term: i64, deadline: Instants },
     /// The row may still be ours in `term`, but this node stopped acting as leader (its
     /// deadline passed). Leadership resumes only through a new term.
     Lapsed { term: i64 },
@@ -210,7 +281,7 @@ impl Hold {
 #[derive(Debug)]
 enum Outcome {
     /// The database holds the lease for this node in `term`, from a statement sent at `sent`.
-    Holding { term: i64, sent: Instant },
+    Holding { term: i64, sent: Instants },
     /// Someone else holds the lease, or nobody does and this node could not take it.
     Observed(Option<LeaseRow>),
     /// The database refused to renew: the lease is not ours (any more) in the term we led.
@@ -241,13 +312,14 @@ impl From<StoreError> for RoundError {
 async fn round<S: LeaseStore>(
     store: &mut S,
     settings: &ElectionSettings,
+    boot: &BootClock,
     hold: Hold,
     may_claim: bool,
     released_in: Option<i64>,
     statements: &mut u64,
 ) -> Result<(Outcome, Duration), RoundError> {
     let (name, me, ttl) = (&settings.name, &settings.node_id, settings.ttl);
-    let sent = Instant::now();
+    let sent = Instants::now(boot);
     match hold {
         Hold::Leading { term, .. } => {
             // Stop acting as leader at once when the database says no; the next round
@@ -257,7 +329,7 @@ async fn round<S: LeaseStore>(
                 true => Outcome::Holding { term, sent },
                 false => Outcome::NotHeld,
             };
-            return Ok((outcome, sent.elapsed()));
+            return Ok((outcome, sent.at.elapsed()));
         }
         Hold::Lapsed { term } if may_claim => {
             *statements += 1;
@@ -274,7 +346,7 @@ async fn round<S: LeaseStore>(
                         term: term + 1,
                         sent,
                     },
-                    sent.elapsed(),
+                    sent.at.elapsed(),
                 ));
             }
         }
@@ -282,8 +354,8 @@ async fn round<S: LeaseStore>(
             if let Some(expected) = released_in {
                 // The claim checks the term and that the lease is free, so a stale term
                 // only costs the read below.
-                if let Some(holding) = claim(store, settings, expected, statements).await? {
-                    return Ok((holding, sent.elapsed()));
+                if let Some(holding) = claim(store, settings, boot, expected, statements).await? {
+                    return Ok((holding, sent.at.elapsed()));
                 }
             }
         }
@@ -291,7 +363,7 @@ async fn round<S: LeaseStore>(
     }
     *statements += 1;
     let row = store.get(name).await?;
-    let round_trip = sent.elapsed();
+    let round_trip = sent.at.elapsed();
     let free_term = match &row {
         _ if !may_claim => None,
         None => {
@@ -303,7 +375,7 @@ async fn round<S: LeaseStore>(
         Some(_) => None,
     };
     if let Some(expected) = free_term {
-        if let Some(holding) = claim(store, settings, expected, statements).await? {
+        if let Some(holding) = claim(store, settings, boot, expected, statements).await? {
             return Ok((holding, round_trip));
         }
         // Another node was faster; see who.
@@ -319,10 +391,11 @@ async fn round<S: LeaseStore>(
 async fn claim<S: LeaseStore>(
     store: &mut S,
     settings: &ElectionSettings,
+    boot: &BootClock,
     expected: i64,
     statements: &mut u64,
 ) -> Result<Option<Outcome>, RoundError> {
-    let sent = Instant::now();
+    let sent = Instants::now(boot);
     *statements += 1;
     let claimed = store
         .claim(&settings.name, &settings.node_id, settings.ttl, expected)
@@ -345,6 +418,49 @@ const MIN_POLL: Duration = Duration::from_millis(2);
 const STOP_WAIT_IN_FLIGHT: Duration = Duration::from_millis(400);
 /// How long a stopping node tries to release its row.
 const STOP_RELEASE: Duration = Duration::from_millis(500);
+
+/// Gives leadership up, in the one order that a stop and a resign both follow. It stops
+/// acting as leader and publishes that, waits until the publication is durable (see
+/// [`Election::release_after`]), and only then releases the row, so that no successor can
+/// start while this node's last durable word still says it leads. If that takes until the
+/// lease would end, the release is withheld: the lease lapses on its own, and what this
+/// node last said has expired by then too. `held`: the term to release and where its
+/// lease ends (`None`: nothing to release). Returns how the release went, `None` if none
+/// was sent.
+async fn step_down<S: LeaseStore>(
+    store: &mut S,
+    machine: &mut Machine,
+    durable: Option<&mut watch::Receiver<u64>>,
+    held: Option<(i64, Instants)>,
+    for_good: bool,
+) -> Option<Result<bool, StoreError>> {
+    machine.stop_acting();
+    machine.answer_renewals();
+    if for_good {
+        // Stopped: nothing this node said holds any longer.
+        machine.status.send_modify(|status| {
+            status.valid_until = status.updated_at;
+            status.version += 1;
+        });
+    }
+    let (term, lease_end) = held?;
+    let settings = Arc::clone(&machine.settings);
+    if let Some(durable) = durable {
+        let published = machine.status.borrow().version;
+        let left = lease_end.left(Instants::now(&machine.boot));
+        let said = tokio::time::timeout(left, durable.wait_for(|v| *v >= published)).await;
+        if !matches!(said, Ok(Ok(_))) {
+            warn!(
+                election = %settings.name,
+                term,
+                "the status file did not say this node stopped leading before its lease \
+                 would end; not releasing the lease, which lapses on its own"
+            );
+            return None;
+        }
+    }
+    Some(release(store, &settings, term).await)
+}
 
 /// Gives the row up if it is still ours in `term`, within STOP_RELEASE; a lease that
 /// cannot be released lapses by itself. `Ok(false)`: the row was no longer ours.
@@ -389,6 +505,8 @@ pub struct Election<S> {
     single_term: bool,
     /// Ask the store for release notifications (see [`Election::poll_only`]).
     listen_for_releases: bool,
+    /// The last status version made durable (see [`Election::release_after`]).
+    durable: Option<watch::Receiver<u64>>,
 }
 
 /// Asks a running election to give up leadership: it stops acting as leader, releases the
@@ -448,7 +566,11 @@ async fn next_message<T>(receiver: &mut Option<mpsc::Receiver<T>>) -> T {
 /// The decisions, apart from the store so the loop can borrow each on its own.
 struct Machine {
     settings: Arc<ElectionSettings>,
+    /// CLOCK_BOOTTIME, or a stand-in in tests.
+    boot: BootClock,
     hold: Hold,
+    /// Where the lease this node last led under ends locally.
+    lease_end: Option<Instants>,
     status: watch::Sender<Status>,
     /// Consecutive failed rounds (0 when the database answers).
     failures: u32,
@@ -486,7 +608,9 @@ impl<S: LeaseStore> Election<S> {
         let (status, receiver) = watch::channel(Status::initial());
         let machine = Machine {
             settings: Arc::clone(&settings),
+            boot: Arc::new(boottime_by_tokio),
             hold: Hold::None,
+            lease_end: None,
             status,
             failures: 0,
             connected: false,
@@ -514,6 +638,7 @@ impl<S: LeaseStore> Election<S> {
                 claims: ClaimGate::default(),
                 single_term: false,
                 listen_for_releases: true,
+                durable: None,
             },
             receiver,
         )
@@ -554,6 +679,21 @@ impl<S: LeaseStore> Election<S> {
         self.listen_for_releases = false;
     }
 
+    /// Releases the lease (on a stop or a resign) only once `durable` has reached the
+    /// [`Status::version`] that says this node stopped leading: a consumer such as the
+    /// status file reports there what it has made durable. Until then a successor must
+    /// not be able to start. If that does not happen before the lease would end, the
+    /// release is withheld and the lease lapses on its own.
+    pub fn release_after(&mut self, durable: watch::Receiver<u64>) {
+        self.durable = Some(durable);
+    }
+
+    /// Replaces CLOCK_BOOTTIME (tests suspend the host with it).
+    #[cfg(test)]
+    pub(crate) fn set_boot_clock(&mut self, boot: BootClock) {
+        self.machine.boot = boot;
+    }
+
     /// The node's role changes from now on, in order.
     pub fn events(&mut self) -> mpsc::UnboundedReceiver<RoleEvent> {
         let (sender, receiver) = mpsc::unbounded_channel();
@@ -563,7 +703,8 @@ impl<S: LeaseStore> Election<S> {
 
     /// Runs rounds until `shutdown` completes, then steps down: stops acting as leader at
     /// once and releases the row if it is still ours in the same term. Returns how the
-    /// release went, or `None` if there was nothing to release.
+    /// release went, or `None` if there was nothing to release or the release was
+    /// withheld (see [`Election::release_after`]).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Option<Result<bool, StoreError>> {
         let Election {
             settings,
@@ -574,6 +715,7 @@ impl<S: LeaseStore> Election<S> {
             claims,
             single_term,
             listen_for_releases,
+            mut durable,
         } = self;
         tokio::pin!(shutdown);
         let mut releases = match listen_for_releases {
@@ -586,8 +728,8 @@ impl<S: LeaseStore> Election<S> {
             tokio::select! {
                 biased;
                 _ = &mut shutdown => break 'rounds,
-                _ = sleep_until(machine.deadline()), if machine.is_leading() => {
-                    machine.deadline_passed();
+                _ = sleep_until(machine.next_look()), if machine.is_leading() => {
+                    machine.look_at_deadline();
                     continue 'rounds;
                 }
                 // Released by its holder: try now rather than at the next poll, and in
@@ -609,11 +751,10 @@ impl<S: LeaseStore> Election<S> {
                     continue 'rounds;
                 }
                 _ = next_message(&mut resign) => {
-                    if let Some(term) = machine.hold.term() {
-                        machine.stop_acting();
+                    if let Some(held) = machine.held() {
+                        info!(election = %settings.name, node = %settings.node_id, term = held.0, "resigning");
+                        step_down(&mut store, &mut machine, durable.as_mut(), Some(held), false).await;
                         machine.hold = Hold::None;
-                        info!(election = %settings.name, node = %settings.node_id, term, "resigning");
-                        let _ = release(&mut store, &settings, term).await;
                         machine.no_claim_until = Some(Instant::now() + settings.ttl);
                         next_round = Instant::now();
                     }
@@ -628,10 +769,12 @@ impl<S: LeaseStore> Election<S> {
                 !done_with_claims && machine.no_claim_until.is_none_or(|until| started >= until);
             let released_in = machine.released_in.take();
             let mut statements = 0;
+            let boot = Arc::clone(&machine.boot);
             let result = {
                 let attempt = round(
                     &mut store,
                     &settings,
+                    &boot,
                     hold,
                     may_claim,
                     released_in,
@@ -642,17 +785,17 @@ impl<S: LeaseStore> Election<S> {
                     tokio::select! {
                         biased;
                         _ = &mut shutdown => {
-                            machine.stop_acting();
+                            held_at_stop = machine.held();
                             // The round may have just taken the row: learn the term to release.
-                            if let Ok(Ok((Outcome::Holding { term, .. }, _))) =
+                            if let Ok(Ok((Outcome::Holding { term, sent }, _))) =
                                 tokio::time::timeout(STOP_WAIT_IN_FLIGHT, &mut attempt).await
                             {
-                                held_at_stop = Some(term);
+                                held_at_stop = Some((term, machine.lease_from(sent)));
                             }
                             break 'rounds;
                         }
-                        _ = sleep_until(machine.deadline()), if machine.is_leading() => {
-                            machine.deadline_passed();
+                        _ = sleep_until(machine.next_look()), if machine.is_leading() => {
+                            machine.look_at_deadline();
                         }
                         // The renewal on its way answers it (or the deadline does).
                         request = next_message(&mut renew) => {
@@ -671,17 +814,8 @@ impl<S: LeaseStore> Election<S> {
             }
             machine.answer_renewals();
         }
-        let held = held_at_stop.or(machine.hold.term());
-        machine.stop_acting();
-        machine.answer_renewals();
-        // Stopped: nothing this node said holds any longer.
-        machine
-            .status
-            .send_modify(|status| status.valid_until = status.updated_at);
-        match held {
-            Some(term) => Some(release(&mut store, &settings, term).await),
-            None => None,
-        }
+        let held = held_at_stop.or(machine.held());
+        step_down(&mut store, &mut machine, durable.as_mut(), held, true).await
     }
 }
 
@@ -690,19 +824,45 @@ impl Machine {
         matches!(self.hold, Hold::Leading { .. })
     }
 
-    fn deadline(&self) -> Instant {
+    /// When a leader next looks at its deadline: at the deadline by the monotonic clock,
+    /// and every BOOT_LOOK_EVERY for a suspend of the host, which that clock misses.
+    fn next_look(&self) -> Instant {
         match self.hold {
-            Hold::Leading { deadline, .. } => deadline,
+            Hold::Leading { deadline, .. } => deadline.at.min(Instant::now() + BOOT_LOOK_EVERY),
             // Never awaited: the select! branch is disabled unless leading.
             _ => Instant::now() + Duration::from_secs(3600),
         }
+    }
+
+    /// Stops acting as leader if the deadline has passed by either clock.
+    fn look_at_deadline(&mut self) {
+        if let Hold::Leading { deadline, .. } = self.hold {
+            if deadline.passed(Instants::now(&self.boot)) {
+                self.deadline_passed();
+            }
+        }
+    }
+
+    /// The term this node may hold in the database, and where its lease ends locally.
+    fn held(&self) -> Option<(i64, Instants)> {
+        let term = self.hold.term()?;
+        let end = match self.hold {
+            Hold::Leading { deadline, .. } => deadline,
+            _ => self.lease_end.unwrap_or_else(|| Instants::now(&self.boot)),
+        };
+        Some((term, end))
+    }
+
+    /// Where the lease granted by a statement sent at `sent` ends locally.
+    fn lease_from(&self, sent: Instants) -> Instants {
+        sent.plus(self.settings.ttl - self.settings.safety_margin())
     }
 
     /// Answers renew requests once a renewal succeeded or the lease is gone; while
     /// renewals fail but the deadline has not passed, they wait for the next attempt.
     fn answer_renewals(&mut self) {
         let answer = match self.hold {
-            Hold::Leading { deadline, .. } if self.failures == 0 => Some(deadline),
+            Hold::Leading { deadline, .. } if self.failures == 0 => Some(deadline.at),
             Hold::Leading { .. } => return,
             _ => None,
         };
@@ -769,8 +929,7 @@ impl Machine {
                             deadline,
                         },
                     ) if *term == led => {
-                        report.renewal_margin =
-                            Some(deadline.saturating_duration_since(Instant::now()));
+                        report.renewal_margin = Some(deadline.left(Instants::now(&self.boot)));
                     }
                     (Outcome::Observed(Some(row)), _) => {
                         report.clock_offset_us = row.clock_offset_us
@@ -841,16 +1000,21 @@ impl Machine {
         self.error = None;
         match outcome {
             Outcome::Holding { term, sent } => {
-                let deadline = sent + settings.ttl - settings.safety_margin();
+                let deadline = self.lease_from(sent);
                 self.in_doubt = None;
                 self.held_any = true;
                 self.hold = match self.hold {
                     // A renewal that came back after we stopped acting does not restore
                     // leadership in the same term.
                     Hold::Lapsed { term: lapsed } if lapsed == term => Hold::Lapsed { term },
-                    _ if deadline <= now => Hold::Lapsed { term },
+                    // Too late by either clock: an answer that arrives after the host
+                    // slept is no fresher than its sending.
+                    _ if deadline.passed(Instants::now(&self.boot)) => Hold::Lapsed { term },
                     _ => Hold::Leading { term, deadline },
                 };
+                if let Hold::Leading { deadline, .. } = self.hold {
+                    self.lease_end = Some(deadline);
+                }
                 match self.hold {
                     Hold::Leading { .. } => {
                         self.publish(Role::Leader, Some(settings.node_id.clone()), Some(term));
@@ -960,13 +1124,13 @@ impl Machine {
     fn publish(&mut self, role: Role, leader: Option<String>, term: Option<i64>) {
         let settings = &self.settings;
         let now_wall = SystemTime::now();
-        let now = Instant::now();
-        let lease_deadline = match self.hold {
+        let now = Instants::now(&self.boot);
+        let lease = match self.hold {
             Hold::Leading { deadline, .. } if role == Role::Leader => Some(deadline),
             _ => None,
         };
-        let valid_until = match lease_deadline {
-            Some(deadline) => now_wall + deadline.saturating_duration_since(now),
+        let valid_until = match lease {
+            Some(deadline) => now_wall + deadline.left(now),
             None => now_wall + settings.interval + settings.ttl,
         };
         let previous = self.status.borrow().clone();
@@ -987,6 +1151,7 @@ impl Machine {
         } else {
             previous.since
         };
+        let lease_deadline = lease.map(|deadline| deadline.at);
         let leader_lease_until = match role {
             Role::Leader => lease_deadline,
             _ => leader.as_ref().and(self.observed_lapse),
@@ -999,8 +1164,10 @@ impl Machine {
             updated_at: now_wall,
             valid_until,
             lease_deadline,
+            lease_deadline_boot: lease.map(|deadline| deadline.boot),
             leader_lease_until,
             error: self.error.clone(),
+            version: previous.version + 1,
         });
         // After the status: whoever handles an event finds the status it describes.
         if let Some(events) = &self.events {

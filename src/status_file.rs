@@ -1,6 +1,9 @@
 //! The status file: this node's [`Status`] as JSON, replaced atomically (temporary file,
 //! fsync, rename) whenever it changes. It is a consumer of the election's watch channel
 //! and can never hold up a renewal: a slow disk only means intermediate states are skipped.
+//! It reports the [`Status::version`] it has made durable, and a stepping-down election
+//! releases its lease only once the file no longer says it leads (see
+//! [`crate::election::Election::release_after`]).
 
 use serde::Serialize;
 use std::io::Write;
@@ -81,14 +84,16 @@ pub fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), StatusFileEr
 }
 
 /// Writes every status the election publishes until the election ends (its sender is
-/// dropped), and the last one after that.
+/// dropped), and the last one after that. The receiver returned says which
+/// [`Status::version`] the file durably holds.
 pub fn spawn_writer(
     path: PathBuf,
     election: String,
     node_id: String,
     mut statuses: watch::Receiver<Status>,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
+) -> (JoinHandle<()>, watch::Receiver<u64>) {
+    let (durable, durable_versions) = watch::channel(0);
+    let task = tokio::spawn(async move {
         let mut failing = false;
         loop {
             let status = statuses.borrow_and_update().clone();
@@ -105,7 +110,10 @@ pub fn spawn_writer(
                     failing = true;
                 }
                 Err(_) => {}
-                Ok(()) => failing = false,
+                Ok(()) => {
+                    failing = false;
+                    durable.send_replace(status.version);
+                }
             }
             if statuses.changed().await.is_err() {
                 // The election ended; write its final word if we have not yet.
@@ -115,5 +123,6 @@ pub fn spawn_writer(
                 break;
             }
         }
-    })
+    });
+    (task, durable_versions)
 }

@@ -68,13 +68,31 @@ impl HookContext {
     /// The instant a run leader-scoped in `term` must be dead by, per `status`: now, unless
     /// this node leads in that very term.
     fn fence(&self, term: i64, status: &Status) -> Instant {
-        let now = Instant::now();
-        match status.lease_deadline {
-            Some(deadline) if status.role == Role::Leader && status.term == Some(term) => {
-                deadline.checked_sub(self.kill_lead()).unwrap_or(now)
-            }
-            _ => now,
+        fence_at(
+            term,
+            status,
+            self.kill_lead(),
+            Duration::from_nanos(guard::boottime_ns()),
+        )
+    }
+}
+
+/// [`HookContext::fence`] at boot time `boot_now`. The lease is judged on CLOCK_BOOTTIME
+/// as well as on the monotonic clock: after the host slept, the monotonic deadline is
+/// still ahead although the lease has lapsed, and a hook due at that moment must neither
+/// start nor get a fence a suspend further out.
+fn fence_at(term: i64, status: &Status, kill_lead: Duration, boot_now: Duration) -> Instant {
+    let now = Instant::now();
+    match (status.lease_deadline, status.lease_deadline_boot) {
+        (Some(deadline), Some(boot_deadline))
+            if status.role == Role::Leader && status.term == Some(term) =>
+        {
+            let left = deadline
+                .saturating_duration_since(now)
+                .min(boot_deadline.saturating_sub(boot_now));
+            (now + left).checked_sub(kill_lead).unwrap_or(now)
         }
+        _ => now,
     }
 }
 
@@ -356,6 +374,16 @@ impl Hooks {
     }
 }
 
+/// Why this side gives leadership up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StepDown {
+    /// The node is stopping: every hook is stopped, and nothing but on_demoted starts.
+    Shutdown,
+    /// The leader_command exited under step_down_on_exit: the election resigns once
+    /// leader work is stopped and on_demoted has run.
+    Resign,
+}
+
 /// A queued event hook with the environment of its moment.
 struct EventJob {
     hook: &'static str,
@@ -372,8 +400,16 @@ struct Supervisor {
     context: HookContext,
     status: watch::Receiver<Status>,
     resign: ResignHandle,
-    /// SIGTERM now and SIGKILL by the instant, for every leader-scoped process.
+    /// SIGTERM now and SIGKILL by the instant, for every hook running (shutdown).
     stop_by: watch::Sender<Option<Instant>>,
+    /// The same for leader-scoped processes only (shutdown and resign).
+    stop_leader_work_by: watch::Sender<Option<Instant>>,
+    /// The term this node is resigning from: its leader work is stopping, and the
+    /// election resigns once that and on_demoted are done.
+    resigning: Option<i64>,
+    /// The last term whose on_demoted was queued: a term is demoted once, whichever of
+    /// a resign, a shutdown and the election's own event says so first.
+    demoted_queued: Option<i64>,
     /// The term this node leads, as the events tell.
     leading: Option<i64>,
     leader: Option<String>,
@@ -422,6 +458,9 @@ impl Supervisor {
             status,
             resign,
             stop_by: watch::channel(None).0,
+            stop_leader_work_by: watch::channel(None).0,
+            resigning: None,
+            demoted_queued: None,
             leading: None,
             leader: None,
             previous_leader: None,
@@ -522,15 +561,17 @@ impl Supervisor {
             spec,
             self.context.clone(),
             self.status.clone(),
-            self.stop_receiver(),
+            self.stop_receiver(fence_term.is_some()),
         ))
     }
 
     /// Runs started before a shutdown step-down are stopped by it; those started after
-    /// (on_demoted) are not.
-    fn stop_receiver(&self) -> watch::Receiver<Option<Instant>> {
+    /// (on_demoted) are not. A resign stops leader-scoped runs only.
+    fn stop_receiver(&self, leader_scoped: bool) -> watch::Receiver<Option<Instant>> {
         if self.stopping {
             watch::channel(None).1
+        } else if leader_scoped {
+            self.stop_leader_work_by.subscribe()
         } else {
             self.stop_by.subscribe()
         }
@@ -565,7 +606,7 @@ impl Supervisor {
             spec,
             self.context.clone(),
             self.status.clone(),
-            self.stop_receiver(),
+            self.stop_receiver(true),
         )));
     }
 
@@ -574,7 +615,7 @@ impl Supervisor {
             RoleEvent::Elected { term } => {
                 self.leading = Some(term);
                 self.term = Some(term);
-                self.stop_by.send_replace(None);
+                self.stop_leader_work_by.send_replace(None);
                 self.next_while = Instant::now();
                 match self.config.on_elected.clone() {
                     Some(command) => {
@@ -678,7 +719,7 @@ impl Supervisor {
                 }
                 done = &mut step_down, if step_down_done.is_none() && !self.stopping => {
                     let Ok(done) = done else { continue };
-                    self.begin_step_down();
+                    self.begin_step_down(StepDown::Shutdown);
                     step_down_done = Some(done);
                 }
                 _ = join_opt(&mut self.event_run) => {
@@ -711,8 +752,9 @@ impl Supervisor {
                     self.start_leader_command();
                 }
             }
+            self.start_next_event_hook();
+            self.resign_when_stepped_down();
             if let Some(done) = step_down_done.take() {
-                self.start_next_event_hook();
                 if self.leader_work_running(i64::MAX)
                     || self.event_run.is_some()
                     || !self.queue.is_empty()
@@ -743,7 +785,7 @@ impl Supervisor {
                 term = self.leading,
                 "leader_command exited; stepping down (step_down_on_exit)"
             );
-            self.resign.resign();
+            self.begin_step_down(StepDown::Resign);
             return;
         }
         let restart = outcome.stopped
@@ -759,6 +801,10 @@ impl Supervisor {
     }
 
     fn queue_on_demoted(&mut self, term: i64) {
+        if self.demoted_queued.is_some_and(|queued| queued >= term) {
+            return;
+        }
+        self.demoted_queued = Some(term);
         if let Some(command) = self.config.on_demoted.clone() {
             let mut env = self.env("demoted", Role::Unknown);
             set(&mut env, "LEADERD_TERM", term.to_string());
@@ -772,29 +818,107 @@ impl Supervisor {
         }
     }
 
-    /// Shutdown: stop leader work gracefully, then run on_demoted if this node led.
-    fn begin_step_down(&mut self) {
-        self.step_down_deadline = Some(Instant::now() + self.config.shutdown_timeout);
+    /// The one way this side gives leadership up, for a shutdown and a resign alike: stop
+    /// every leader-scoped process (SIGTERM, then SIGKILL after the leader_command's stop
+    /// timeout), then run on_demoted. The election goes on renewing meanwhile, and
+    /// releases the row only after this (the daemon awaits [`Hooks::step_down`] before
+    /// the election stops; a resign is passed on when done) and after the status file
+    /// says so.
+    fn begin_step_down(&mut self, reason: StepDown) {
         let grace = self
             .config
             .leader_command
             .as_ref()
             .map_or(Duration::ZERO, |c| c.stop_timeout)
             .min(self.config.shutdown_timeout);
-        // Every hook running now is stopped, leader work and event hooks alike.
-        self.stop_by.send_replace(Some(Instant::now() + grace));
-        self.stopping = true;
-        self.warm = None;
+        let stop_at = Some(Instant::now() + grace);
+        self.stop_leader_work_by.send_replace(stop_at);
         self.command_restart_at = None;
-        self.queue.clear();
+        // Queued leader-only hooks are moot now.
+        self.queue.retain(|job| job.elected_term.is_none());
+        match reason {
+            StepDown::Shutdown => {
+                self.step_down_deadline = Some(Instant::now() + self.config.shutdown_timeout);
+                // Event hooks running now are stopped too, and none but on_demoted runs.
+                self.stop_by.send_replace(stop_at);
+                self.stopping = true;
+                self.warm = None;
+                self.queue.retain(|job| job.demoted_term.is_some());
+            }
+            StepDown::Resign => self.resigning = self.leading,
+        }
         if let Some(term) = self.leading.take() {
             self.queue_on_demoted(term);
         }
+    }
+
+    /// Passes a resign on to the election once its leader work and on_demoted are done.
+    fn resign_when_stepped_down(&mut self) {
+        let Some(term) = self.resigning else { return };
+        if self.leader_work_running(term) || self.event_run.is_some() || !self.queue.is_empty() {
+            return;
+        }
+        self.resigning = None;
+        info!(
+            term,
+            "leader work stopped and on_demoted done; releasing the lease"
+        );
+        self.resign.resign();
     }
 }
 
 fn set(env: &mut [(String, String)], key: &str, value: String) {
     if let Some(entry) = env.iter_mut().find(|(k, _)| k == key) {
         entry.1 = value;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::SystemTime;
+
+    fn leading(term: i64, deadline: Instant, deadline_boot: Duration) -> Status {
+        let now = SystemTime::now();
+        Status {
+            role: Role::Leader,
+            leader: Some("a".into()),
+            term: Some(term),
+            since: now,
+            updated_at: now,
+            valid_until: now,
+            lease_deadline: Some(deadline),
+            lease_deadline_boot: Some(deadline_boot),
+            leader_lease_until: Some(deadline),
+            error: None,
+            version: 1,
+        }
+    }
+
+    #[test]
+    fn a_lease_that_lapsed_while_the_host_slept_leaves_no_fence() {
+        let lead = Duration::from_millis(20);
+        let boot_now = Duration::from_secs(100);
+        let now = Instant::now();
+        // Monotonic time says a second is left; boot time says the host slept past it.
+        let slept = leading(
+            3,
+            now + Duration::from_secs(1),
+            boot_now - Duration::from_millis(10),
+        );
+        assert!(fence_at(3, &slept, lead, boot_now) <= Instant::now());
+
+        let awake = leading(
+            3,
+            now + Duration::from_secs(1),
+            boot_now + Duration::from_secs(1),
+        );
+        let fence = fence_at(3, &awake, lead, boot_now);
+        assert!(fence > now + Duration::from_millis(900), "{fence:?}");
+        assert!(fence <= now + Duration::from_secs(1) - lead);
+        assert!(
+            fence_at(4, &awake, lead, boot_now) <= Instant::now(),
+            "another term"
+        );
     }
 }
