@@ -30,6 +30,13 @@ if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime >/dev/null
 fi
 
+# A slow-disk test delays a node's fsyncs with strace.
+if ! command -v strace >/dev/null; then
+  echo "installing strace"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null
+fi
+
 # The systemd unit is checked with systemd-analyze.
 if ! command -v systemd-analyze >/dev/null; then
   echo "installing systemd (for systemd-analyze)"

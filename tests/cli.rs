@@ -6,7 +6,7 @@
 mod common;
 
 use common::proxy::{Mode, Proxy};
-use common::{Backend, Node, NodeSettings, Sampler, StatusFile, TestDb, leaderd};
+use common::{Backend, Node, NodeSettings, Sampler, StatusFile, TestDb, leaderd, status_json};
 use std::time::Duration;
 
 fn check_config(env: &[(&str, &str)]) -> (Option<i32>, String, String) {
@@ -102,22 +102,6 @@ fn check_config_prints_the_effective_configuration_without_secrets() {
     assert_eq!(config["election"]["name"].as_str(), Some("billing"));
     assert_eq!(config["node"]["id"].as_str(), Some("n1"));
     assert_eq!(config["election"]["ttl"].as_str(), Some("1s 200ms"));
-}
-
-fn status_json(db: &TestDb, election: &str) -> serde_json::Value {
-    let output = leaderd()
-        .args(["status", "--json"])
-        .current_dir(&db.dir)
-        .env("LEADERD_DATABASE__URL", &db.url)
-        .env("LEADERD_ELECTION__NAME", election)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
 }
 
 async fn migrate_then_status_shows_the_leader(backend: Backend) {

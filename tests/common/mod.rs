@@ -257,6 +257,23 @@ pub fn leaderd() -> Command {
     Command::new(env!("CARGO_BIN_EXE_leaderd"))
 }
 
+/// `leaderd status --json` for `election`: the election as the database sees it.
+pub fn status_json(db: &TestDb, election: &str) -> serde_json::Value {
+    let output = leaderd()
+        .args(["status", "--json"])
+        .current_dir(&db.dir)
+        .env("LEADERD_DATABASE__URL", &db.url)
+        .env("LEADERD_ELECTION__NAME", election)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
 /// One `leaderd run` process.
 pub struct Node {
     pub id: String,
@@ -400,6 +417,11 @@ impl Node {
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// The exit code if the process has exited (`Some(None)`: killed by a signal).
+    pub fn try_exit(&mut self) -> Option<Option<i32>> {
+        self.child.try_wait().unwrap().map(|status| status.code())
     }
 
     pub fn log(&self) -> String {
