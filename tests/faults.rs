@@ -54,15 +54,18 @@ enum Fault {
     Drop,
     Latency,
     DatabaseRestart,
+    /// SIGTERM, and the node's link stalls at once: it steps down unable to release.
+    TermWhileStalled,
 }
 
-const FAULTS: [Fault; 6] = [
+const FAULTS: [Fault; 7] = [
     Fault::KillRestart,
     Fault::StopCont,
     Fault::Stall,
     Fault::Drop,
     Fault::Latency,
     Fault::DatabaseRestart,
+    Fault::TermWhileStalled,
 ];
 
 struct Cluster {
@@ -180,6 +183,20 @@ impl Cluster {
                 for proxy in &self.proxies {
                     proxy.set(Mode::Pass);
                 }
+            }
+            Fault::TermWhileStalled => {
+                let index = self.victim(rng);
+                self.nodes[index].signal(Signal::SIGTERM);
+                self.proxies[index].set(Mode::Stall);
+                self.watch(ttl + rng.millis(0, 1500)).await;
+                self.proxies[index].set(Mode::Pass);
+                let limit = Instant::now() + Duration::from_secs(20);
+                while self.nodes[index].try_exit().is_none() {
+                    assert!(Instant::now() < limit, "a stopping node did not exit");
+                    self.watch(Duration::from_millis(5)).await;
+                }
+                self.leader();
+                self.nodes[index] = self.start_node(index);
             }
         }
     }
