@@ -47,17 +47,19 @@ pub type BootClock = Arc<dyn Fn() -> Duration + Send + Sync>;
 pub fn boottime() -> Duration {
     let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
         .expect("CLOCK_BOOTTIME is available");
-    Duration::new(now.tv_sec() as u64, now.tv_nsec() as u32)
+    Duration::new(now.tv_sec().max(0) as u64, now.tv_nsec() as u32)
 }
 
 /// CLOCK_BOOTTIME as seen from tokio's clock: [`boottime`], plus however far tokio's clock
 /// runs ahead of the real one (never, unless tests pause and advance it). Elections use
 /// it, so that paused-time tests see a boot clock that moves with their time.
 fn boottime_by_tokio() -> Duration {
-    let ahead = Instant::now()
-        .into_std()
-        .saturating_duration_since(std::time::Instant::now());
-    boottime() + ahead
+    let (tokio_now, real_now) = (Instant::now().into_std(), std::time::Instant::now());
+    match tokio_now.checked_duration_since(real_now) {
+        Some(ahead) => boottime() + ahead,
+        // A paused clock that real time has overtaken (a starved test thread).
+        None => boottime().saturating_sub(real_now - tokio_now),
+    }
 }
 
 /// How often a leader looks at CLOCK_BOOTTIME for its deadline: its timers would not
@@ -163,7 +165,7 @@ pub struct Status {
 }
 
 impl Status {
-    fn initial() -> Self {
+    pub(crate) fn initial() -> Self {
         let now = SystemTime::now();
         Status {
             role: Role::Unknown,
@@ -307,14 +309,15 @@ impl From<StoreError> for RoundError {
 
 /// One round: renew if leading, else claim a free lease, else observe. The first statement
 /// is the only one in steady state (a renewal for the leader, a read for a follower).
-/// `released_in`: a term whose release was just announced, claimed without reading first.
-/// `statements` counts what it sends, for [`RoundReport::statements`].
+/// `may_claim` is asked before each claim. `released_in`: a term whose release was just
+/// announced, claimed without reading first. `statements` counts what it sends, for
+/// [`RoundReport::statements`].
 async fn round<S: LeaseStore>(
     store: &mut S,
     settings: &ElectionSettings,
     boot: &BootClock,
     hold: Hold,
-    may_claim: bool,
+    may_claim: impl Fn() -> bool,
     released_in: Option<i64>,
     statements: &mut u64,
 ) -> Result<(Outcome, Duration), RoundError> {
@@ -331,7 +334,7 @@ async fn round<S: LeaseStore>(
             };
             return Ok((outcome, sent.at.elapsed()));
         }
-        Hold::Lapsed { term } if may_claim => {
+        Hold::Lapsed { term } if may_claim() => {
             *statements += 1;
             let reacquired = store
                 .reacquire(name, me, ttl, term)
@@ -350,7 +353,7 @@ async fn round<S: LeaseStore>(
                 ));
             }
         }
-        Hold::None if may_claim => {
+        Hold::None if may_claim() => {
             if let Some(expected) = released_in {
                 // The claim checks the term and that the lease is free, so a stale term
                 // only costs the read below.
@@ -365,7 +368,7 @@ async fn round<S: LeaseStore>(
     let row = store.get(name).await?;
     let round_trip = sent.at.elapsed();
     let free_term = match &row {
-        _ if !may_claim => None,
+        _ if !may_claim() => None,
         None => {
             *statements += 1;
             store.ensure_row(name).await?;
@@ -496,8 +499,9 @@ pub struct Election<S> {
     settings: Arc<ElectionSettings>,
     store: S,
     machine: Machine,
-    /// Requests to give up leadership (see [`Election::resign_handle`]).
-    resign: Option<mpsc::Receiver<()>>,
+    /// Requests to give up leadership (see [`Election::resign_handle`]), in a given term
+    /// or any.
+    resign: Option<mpsc::Receiver<Option<i64>>>,
     /// Requests to renew now (see [`Election::renew_handle`]).
     renew: Option<mpsc::Receiver<RenewRequest>>,
     claims: ClaimGate,
@@ -512,12 +516,19 @@ pub struct Election<S> {
 /// Asks a running election to give up leadership: it stops acting as leader, releases the
 /// row, and does not claim again for one ttl, so that another node takes over.
 #[derive(Debug, Clone)]
-pub struct ResignHandle(mpsc::Sender<()>);
+pub struct ResignHandle(mpsc::Sender<Option<i64>>);
 
 impl ResignHandle {
+    /// Resigns from whatever term this node holds.
     pub fn resign(&self) {
         // One pending request is enough.
-        let _ = self.0.try_send(());
+        let _ = self.0.try_send(None);
+    }
+
+    /// Resigns from `term` only: a request that arrives once that term has ended (and
+    /// another may have begun) is ignored.
+    pub fn resign_term(&self, term: i64) {
+        let _ = self.0.try_send(Some(term));
     }
 }
 
@@ -750,8 +761,11 @@ impl<S: LeaseStore> Election<S> {
                     }
                     continue 'rounds;
                 }
-                _ = next_message(&mut resign) => {
-                    if let Some(held) = machine.held() {
+                only_term = next_message(&mut resign) => {
+                    let held = machine
+                        .held()
+                        .filter(|(term, _)| only_term.is_none_or(|only| only == *term));
+                    if let Some(held) = held {
                         info!(election = %settings.name, node = %settings.node_id, term = held.0, "resigning");
                         step_down(&mut store, &mut machine, durable.as_mut(), Some(held), false).await;
                         machine.hold = Hold::None;
@@ -767,6 +781,9 @@ impl<S: LeaseStore> Election<S> {
             let done_with_claims = claims.is_closed() || (single_term && machine.held_any);
             let may_claim =
                 !done_with_claims && machine.no_claim_until.is_none_or(|until| started >= until);
+            // Closed again just before each claim: a stop may come between a read and it.
+            let claims_gate = claims.clone();
+            let may_claim_now = move || may_claim && !claims_gate.is_closed();
             let released_in = machine.released_in.take();
             let mut statements = 0;
             let boot = Arc::clone(&machine.boot);
@@ -776,7 +793,7 @@ impl<S: LeaseStore> Election<S> {
                     &settings,
                     &boot,
                     hold,
-                    may_claim,
+                    may_claim_now,
                     released_in,
                     &mut statements,
                 );
@@ -786,6 +803,7 @@ impl<S: LeaseStore> Election<S> {
                         biased;
                         _ = &mut shutdown => {
                             held_at_stop = machine.held();
+                            machine.stop_acting();
                             // The round may have just taken the row: learn the term to release.
                             if let Ok(Ok((Outcome::Holding { term, sent }, _))) =
                                 tokio::time::timeout(STOP_WAIT_IN_FLIGHT, &mut attempt).await

@@ -83,6 +83,9 @@ pub fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), StatusFileEr
         .map_err(error)
 }
 
+/// How soon a failed write is tried again.
+const RETRY_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Writes every status the election publishes until the election ends (its sender is
 /// dropped), and the last one after that. The receiver returned says which
 /// [`Status::version`] the file durably holds.
@@ -106,7 +109,7 @@ pub fn spawn_writer(
                 .expect("status writer task does not panic");
             match written {
                 Err(error) if !failing => {
-                    warn!(%error, "status file not written");
+                    warn!(%error, "status file not written; retrying");
                     failing = true;
                 }
                 Err(_) => {}
@@ -115,7 +118,14 @@ pub fn spawn_writer(
                     durable.send_replace(status.version);
                 }
             }
-            if statuses.changed().await.is_err() {
+            if failing {
+                // Again soon, changed or not: a stepping-down election waits for it.
+                match tokio::time::timeout(RETRY_EVERY, statuses.changed()).await {
+                    // The election ended, and its last word cannot be written.
+                    Ok(Err(_)) => break,
+                    _ => continue,
+                }
+            } else if statuses.changed().await.is_err() {
                 // The election ended; write its final word if we have not yet.
                 if statuses.has_changed().unwrap_or(false) {
                     continue;
@@ -125,4 +135,32 @@ pub fn spawn_writer(
         }
     });
     (task, durable_versions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_failed_write_is_retried_until_it_is_durable() {
+        let dir = std::env::temp_dir().join(format!("leaderd-status-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("status.json");
+        let (statuses, receiver) = watch::channel(crate::election::Status::initial());
+        let (_task, mut durable) = spawn_writer(path.clone(), "e".into(), "a".into(), receiver);
+        statuses.send_modify(|status| status.version = 7);
+        // The directory is missing at first; the status does not change again.
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        assert_eq!(*durable.borrow(), 0);
+        std::fs::create_dir_all(&dir).unwrap();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            durable.wait_for(|version| *version >= 7),
+        )
+        .await
+        .expect("written once the directory exists")
+        .unwrap();
+        assert!(path.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

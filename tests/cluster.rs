@@ -363,6 +363,12 @@ fn slow_fsyncs(node: &Node, delay: &str) -> std::process::Child {
         .expect("strace runs (scripts/test.sh installs it)");
     // strace attaches before it traces; a moment for it to attach every thread.
     std::thread::sleep(Duration::from_millis(200));
+    let mut child = child;
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "strace could not attach to {} (ptrace not allowed here?)",
+        node.id
+    );
     child
 }
 

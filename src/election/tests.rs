@@ -908,3 +908,46 @@ async fn a_status_never_made_durable_lets_the_lease_lapse_unreleased() {
     );
     assert_eq!(row.live_holder(), None, "and the lease lapsed on its own");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_resign_of_a_term_already_over_is_ignored() {
+    let table = MemoryStore::new();
+    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL);
+    let (mut election, status) = Election::new(settings, table.handle());
+    let resign = election.resign_handle();
+    tokio::spawn(election.run(std::future::pending()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let led = status.borrow().term.unwrap();
+
+    resign.resign_term(led - 1);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let now = status.borrow().clone();
+    assert_eq!((now.role, now.term), (Role::Leader, Some(led)));
+    resign.resign_term(led);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_ne!(status.borrow().role, Role::Leader);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_closed_while_a_read_is_on_its_way_stops_the_claim_after_it() {
+    let table = MemoryStore::new();
+    let store = table.handle();
+    store.set_faults(Faults {
+        latency: Duration::from_millis(50),
+        ..Faults::default()
+    });
+    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL);
+    let (election, status) = Election::new(settings, store);
+    let gate = election.claim_gate();
+    tokio::spawn(election.run(std::future::pending()));
+    // The first round reads the (missing) row for 50 ms; the gate closes meanwhile.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    gate.close();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_ne!(status.borrow().role, Role::Leader);
+    assert_eq!(
+        table.row(ELECTION).and_then(|row| row.holder),
+        None,
+        "claimed after the gate closed"
+    );
+}

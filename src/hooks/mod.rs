@@ -561,14 +561,19 @@ impl Supervisor {
             spec,
             self.context.clone(),
             self.status.clone(),
-            self.stop_receiver(fence_term.is_some()),
+            self.stop_receiver(hook, fence_term.is_some()),
         ))
     }
 
     /// Runs started before a shutdown step-down are stopped by it; those started after
-    /// (on_demoted) are not. A resign stops leader-scoped runs only.
-    fn stop_receiver(&self, leader_scoped: bool) -> watch::Receiver<Option<Instant>> {
-        if self.stopping {
+    /// are not. on_demoted never is: it is a step-down's own last act, bounded by its
+    /// timeout. A resign stops leader-scoped runs only.
+    fn stop_receiver(
+        &self,
+        hook: &'static str,
+        leader_scoped: bool,
+    ) -> watch::Receiver<Option<Instant>> {
+        if self.stopping || hook == "on_demoted" {
             watch::channel(None).1
         } else if leader_scoped {
             self.stop_leader_work_by.subscribe()
@@ -606,7 +611,7 @@ impl Supervisor {
             spec,
             self.context.clone(),
             self.status.clone(),
-            self.stop_receiver(true),
+            self.stop_receiver("leader_command", true),
         )));
     }
 
@@ -616,6 +621,8 @@ impl Supervisor {
                 self.leading = Some(term);
                 self.term = Some(term);
                 self.stop_leader_work_by.send_replace(None);
+                // A resign of an earlier term is moot: that term is over.
+                self.resigning = None;
                 self.next_while = Instant::now();
                 match self.config.on_elected.clone() {
                     Some(command) => {
@@ -704,6 +711,13 @@ impl Supervisor {
             let while_due =
                 self.leading.is_some() && !self.stopping && self.config.while_leader.is_some();
             tokio::select! {
+                // A stop first: an event waiting beside it must not start leader work.
+                biased;
+                done = &mut step_down, if step_down_done.is_none() && !self.stopping => {
+                    let Ok(done) = done else { continue };
+                    self.begin_step_down(StepDown::Shutdown);
+                    step_down_done = Some(done);
+                }
                 event = events.recv() => match event {
                     Some(_) if self.stopping => {}
                     Some(event) => self.on_event(event),
@@ -716,11 +730,6 @@ impl Supervisor {
                     self.warm_due.get_or_insert_with(Instant::now);
                     // A leader_command added by the reload starts now.
                     self.start_leader_command();
-                }
-                done = &mut step_down, if step_down_done.is_none() && !self.stopping => {
-                    let Ok(done) = done else { continue };
-                    self.begin_step_down(StepDown::Shutdown);
-                    step_down_done = Some(done);
                 }
                 _ = join_opt(&mut self.event_run) => {
                     let elected_term = self.event_run_term.take();
@@ -804,8 +813,8 @@ impl Supervisor {
         if self.demoted_queued.is_some_and(|queued| queued >= term) {
             return;
         }
-        self.demoted_queued = Some(term);
         if let Some(command) = self.config.on_demoted.clone() {
+            self.demoted_queued = Some(term);
             let mut env = self.env("demoted", Role::Unknown);
             set(&mut env, "LEADERD_TERM", term.to_string());
             self.queue.push_back(EventJob {
@@ -832,15 +841,21 @@ impl Supervisor {
             .map_or(Duration::ZERO, |c| c.stop_timeout)
             .min(self.config.shutdown_timeout);
         let stop_at = Some(Instant::now() + grace);
-        self.stop_leader_work_by.send_replace(stop_at);
+        // A stop already under way keeps its earlier SIGKILL.
+        let sooner = |current: &mut Option<Instant>| {
+            *current = (*current).min(stop_at).or(stop_at);
+            true
+        };
+        self.stop_leader_work_by.send_if_modified(sooner);
         self.command_restart_at = None;
         // Queued leader-only hooks are moot now.
         self.queue.retain(|job| job.elected_term.is_none());
         match reason {
             StepDown::Shutdown => {
                 self.step_down_deadline = Some(Instant::now() + self.config.shutdown_timeout);
-                // Event hooks running now are stopped too, and none but on_demoted runs.
-                self.stop_by.send_replace(stop_at);
+                // Event hooks running now are stopped too (on_demoted excepted), and none
+                // but on_demoted runs.
+                self.stop_by.send_if_modified(sooner);
                 self.stopping = true;
                 self.warm = None;
                 self.queue.retain(|job| job.demoted_term.is_some());
@@ -863,7 +878,7 @@ impl Supervisor {
             term,
             "leader work stopped and on_demoted done; releasing the lease"
         );
-        self.resign.resign();
+        self.resign.resign_term(term);
     }
 }
 
