@@ -350,6 +350,107 @@ async fn a_release_notifies_where_the_backend_can_tell(backend: Backend) {
     assert!(woken.try_recv().is_err());
 }
 
-backend_tests!(postgres = Backend::Postgres => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection);
-backend_tests!(mysql = Backend::Mysql => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection);
-backend_tests!(sqlite = Backend::Sqlite => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection);
+/// Runs each statement in turn on a connection of the test's own (an operator, or another
+/// node's statement caught mid-way).
+async fn execute_raw(conn: &mut DbConnection, statements: &[&str]) {
+    use diesel_async::SimpleAsyncConnection;
+    for sql in statements {
+        match conn {
+            DbConnection::Postgres(c) => c.batch_execute(sql).await,
+            DbConnection::Mysql(c) => c.batch_execute(sql).await,
+            DbConnection::Sqlite(c) => c.batch_execute(sql).await,
+        }
+        .unwrap_or_else(|error| panic!("{sql}: {error}"));
+    }
+}
+
+#[derive(diesel::QueryableByName)]
+struct Micros {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    us: i64,
+}
+
+/// When the row's lease started (its `timestamp`), in microseconds of the database clock.
+async fn lease_start_us(conn: &mut DbConnection, name: &str) -> i64 {
+    use diesel_async::RunQueryDsl;
+    let sql = match conn {
+        DbConnection::Postgres(_) => format!(
+            r#"SELECT (EXTRACT(EPOCH FROM "timestamp") * 1000000)::BIGINT AS us
+               FROM service_leader_lock WHERE name = '{name}'"#
+        ),
+        DbConnection::Mysql(_) => format!(
+            "SELECT CAST(UNIX_TIMESTAMP(`timestamp`) * 1000000 AS SIGNED) AS us
+             FROM service_leader_lock WHERE name = '{name}'"
+        ),
+        DbConnection::Sqlite(_) => format!(
+            r#"SELECT CAST(ROUND((julianday("timestamp") - 2440587.5) * 86400000000.0) AS INTEGER) AS us
+               FROM service_leader_lock WHERE name = '{name}'"#
+        ),
+    };
+    let query = diesel::sql_query(sql);
+    let row: Micros = match conn {
+        DbConnection::Postgres(c) => query.get_result(c).await,
+        DbConnection::Mysql(c) => query.get_result(c).await,
+        DbConnection::Sqlite(c) => query.get_result(c).await,
+    }
+    .unwrap();
+    row.us
+}
+
+/// A renewal that started on the server, then waited for the row lock while a newer write
+/// of the same lease committed (the leader's next renewal, sent after this one's connection
+/// was reset), must not move the lease's start back when it commits after it: the leader
+/// counts its deadline from the newer renewal. MySQL's NOW(6) is the statement's start.
+async fn a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back(backend: Backend) {
+    let db = TestDb::new(backend);
+    let mut leader = store(&db);
+    leader.connect().await.unwrap();
+    let name = "waited";
+    leader.ensure_row(name).await.unwrap();
+    assert!(leader.claim(name, "a", TTL, 0).await.unwrap());
+
+    let url = DatabaseUrl::parse(&db.url).unwrap();
+    let mut other = DbConnection::connect(&url, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let (lock, write) = match backend {
+        Backend::Postgres => (
+            "SELECT term FROM service_leader_lock WHERE name = 'waited' FOR UPDATE",
+            r#"UPDATE service_leader_lock SET "timestamp" = clock_timestamp() WHERE name = 'waited'"#,
+        ),
+        Backend::Mysql => (
+            "SELECT term FROM service_leader_lock WHERE name = 'waited' FOR UPDATE",
+            "UPDATE service_leader_lock SET `timestamp` = NOW(6) WHERE name = 'waited'",
+        ),
+        // One writer at a time: the whole database is the lock.
+        Backend::Sqlite => (
+            "SELECT term FROM service_leader_lock WHERE name = 'waited'",
+            r#"UPDATE service_leader_lock SET "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now')
+               WHERE name = 'waited'"#,
+        ),
+    };
+    let begin = match backend {
+        Backend::Sqlite => "BEGIN IMMEDIATE",
+        _ => "BEGIN",
+    };
+    execute_raw(&mut other, &[begin, lock]).await;
+    let renewal = tokio::spawn(async move { leader.renew(name, "a", TTL, 1).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!renewal.is_finished(), "the renewal waits for the row lock");
+    // The newer write, 300 ms after the renewal started; read before the commit, as the
+    // renewal may commit at once after it.
+    execute_raw(&mut other, &[write]).await;
+    let newer = lease_start_us(&mut other, name).await;
+    execute_raw(&mut other, &["COMMIT"]).await;
+    assert!(renewal.await.unwrap().unwrap(), "the lease was live");
+    let after = lease_start_us(&mut other, name).await;
+    assert!(
+        after >= newer,
+        "the renewal moved the lease's start back by {} µs",
+        newer - after
+    );
+}
+
+backend_tests!(postgres = Backend::Postgres => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back);
+backend_tests!(mysql = Backend::Mysql => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back);
+backend_tests!(sqlite = Backend::Sqlite => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back);

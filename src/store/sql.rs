@@ -43,6 +43,8 @@ struct Dialect {
     release: &'static str,
 }
 
+// clock_timestamp() is read when the row is written, after any wait for its lock: writes
+// of one row take turns, so a later one never stores an earlier time.
 const POSTGRES: Dialect = Dialect {
     get: r#"SELECT container_id, term, lease_ms,
                    (EXTRACT(EPOCH FROM (clock_timestamp() - "timestamp")) * 1000)::BIGINT AS age_ms,
@@ -74,7 +76,12 @@ const POSTGRES: Dialect = Dialect {
 
 // MySQL applies SET assignments left to right, so `term` comes first while it still reads
 // the old value. NOW(6) is the statement's start: a statement that waited for a row lock
-// judges expiry by an earlier instant, which only errs towards "still live".
+// judges expiry by an earlier instant, which only errs towards "still live". It would also
+// write that earlier instant: a renewal whose connection was reset while it waited for the
+// row lock commits after the leader's next renewal, and would move the lease's start back
+// before the instant the leader counts its deadline from. So the renewal never moves it
+// back. Claims and reacquires need no such guard: each expects a term and starts the next,
+// so none of them commits after a later write of the term it starts.
 // The connection reports rows matched, not rows changed (CLIENT_FOUND_ROWS), which is what
 // every check here wants.
 const MYSQL: Dialect = Dialect {
@@ -96,7 +103,7 @@ const MYSQL: Dialect = Dialect {
                 SET term = term + 1, `timestamp` = NOW(6), lease_ms = ?
                 WHERE name = ? AND container_id = ? AND term = ?",
     renew: "UPDATE service_leader_lock
-            SET `timestamp` = NOW(6), lease_ms = ?
+            SET `timestamp` = GREATEST(`timestamp`, NOW(6)), lease_ms = ?
             WHERE name = ? AND container_id = ? AND term = ?
               AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)",
     release: "UPDATE service_leader_lock
@@ -105,7 +112,9 @@ const MYSQL: Dialect = Dialect {
 };
 
 // SQLite keeps UTC text with milliseconds; julianday() turns it back into a number.
-// 'now' is fixed for the duration of one statement.
+// 'now' is fixed for the duration of one statement, and read once it holds the database's
+// only write lock (after any busy wait): writes take turns, so a later one never stores an
+// earlier time.
 const SQLITE: Dialect = Dialect {
     get: r#"SELECT container_id, term, lease_ms,
                    CAST(ROUND((julianday('now') - julianday("timestamp")) * 86400000.0) AS INTEGER) AS age_ms,
