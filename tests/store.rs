@@ -8,7 +8,7 @@ use common::proxy::{Mode, Proxy};
 use common::{Backend, TestDb};
 use leaderd::config::DatabaseUrl;
 use leaderd::store::shared::SharedStore;
-use leaderd::store::{DbConnection, LeaseStore, SqlStore, StoreError, Timeouts};
+use leaderd::store::{DbConnection, LeaseStore, ProcessToken, SqlStore, StoreError, Timeouts};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,11 @@ fn store_at(url: &str, query_timeout: Duration) -> SqlStore {
         },
         true,
     )
+}
+
+/// A process token for tests in which it does not matter which process started a term.
+fn any_token() -> ProcessToken {
+    ProcessToken::random()
 }
 
 fn store(db: &TestDb) -> SqlStore {
@@ -46,9 +51,15 @@ async fn claim_renew_release(backend: Backend) {
         "creating the row grants nothing"
     );
 
-    assert!(a.claim(name, "a", TTL, 0).await.unwrap());
-    assert!(!b.claim(name, "b", TTL, 0).await.unwrap(), "stale term");
-    assert!(!b.claim(name, "b", TTL, 1).await.unwrap(), "live lease");
+    assert!(a.claim(name, "a", any_token(), TTL, 0).await.unwrap());
+    assert!(
+        !b.claim(name, "b", any_token(), TTL, 0).await.unwrap(),
+        "stale term"
+    );
+    assert!(
+        !b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
+        "live lease"
+    );
     assert!(a.renew(name, "a", TTL, 1).await.unwrap());
     assert!(!b.renew(name, "b", TTL, 1).await.unwrap(), "not the holder");
     assert!(!a.renew(name, "a", TTL, 0).await.unwrap(), "wrong term");
@@ -78,7 +89,7 @@ async fn claim_renew_release(backend: Backend) {
         (None, Duration::ZERO)
     );
     assert!(
-        b.claim(name, "b", TTL, 1).await.unwrap(),
+        b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
         "a released lease is free at once"
     );
     assert_eq!(b.get(name).await.unwrap().unwrap().term, 2);
@@ -93,7 +104,7 @@ async fn leases_lapse_by_the_database_clock(backend: Backend) {
     let short = Duration::from_millis(600);
     a.ensure_row(name).await.unwrap();
     let sent = Instant::now();
-    assert!(a.claim(name, "a", short, 0).await.unwrap());
+    assert!(a.claim(name, "a", any_token(), short, 0).await.unwrap());
     tokio::time::sleep(Duration::from_millis(200)).await;
     let row = b.get(name).await.unwrap().unwrap();
     // Sub-second precision: whole-second timestamps would show 0 or 1000.
@@ -105,7 +116,7 @@ async fn leases_lapse_by_the_database_clock(backend: Backend) {
         sent.elapsed()
     );
     assert!(
-        !b.claim(name, "b", TTL, 1).await.unwrap(),
+        !b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
         "still live before its lease ends"
     );
 
@@ -119,16 +130,16 @@ async fn leases_lapse_by_the_database_clock(backend: Backend) {
         "a lapsed lease is not renewed"
     );
     assert!(
-        b.claim(name, "b", TTL, 1).await.unwrap(),
+        b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
         "a lapsed lease can be taken"
     );
     assert!(
-        !a.reacquire(name, "a", TTL, 1).await.unwrap(),
+        !a.reacquire(name, "a", any_token(), TTL, 1).await.unwrap(),
         "not ours any more"
     );
 
     // The holder of a row can start a new term on it while it still holds it.
-    assert!(b.reacquire(name, "b", TTL, 2).await.unwrap());
+    assert!(b.reacquire(name, "b", any_token(), TTL, 2).await.unwrap());
     assert_eq!(a.get(name).await.unwrap().unwrap().term, 3);
 }
 
@@ -137,7 +148,7 @@ async fn ids_are_compared_exactly(backend: Backend) {
     let mut s = store(&db);
     let name = "exact";
     s.ensure_row(name).await.unwrap();
-    assert!(s.claim(name, "node-a", TTL, 0).await.unwrap());
+    assert!(s.claim(name, "node-a", any_token(), TTL, 0).await.unwrap());
     assert!(
         !s.renew(name, "Node-A", TTL, 1).await.unwrap(),
         "case-insensitive match"
@@ -157,9 +168,15 @@ async fn concurrent_claims_have_one_winner(backend: Backend) {
         for i in 0..5 {
             let mut s = store(&db);
             tasks.push(tokio::spawn(async move {
-                s.claim("race", &format!("n{i}"), Duration::from_millis(1), round)
-                    .await
-                    .unwrap()
+                s.claim(
+                    "race",
+                    &format!("n{i}"),
+                    any_token(),
+                    Duration::from_millis(1),
+                    round,
+                )
+                .await
+                .unwrap()
             }));
         }
         let mut winners = 0;
@@ -191,7 +208,13 @@ async fn a_shared_store_serves_many_elections(backend: Backend) {
                 let name = format!("e{election}");
                 store.ensure_row(&name).await.unwrap();
                 let won = store
-                    .claim(&name, &format!("n{node}"), Duration::from_secs(30), 0)
+                    .claim(
+                        &name,
+                        &format!("n{node}"),
+                        any_token(),
+                        Duration::from_secs(30),
+                        0,
+                    )
                     .await
                     .unwrap();
                 (election, won)
@@ -241,7 +264,7 @@ async fn a_stalled_connection_is_replaced(backend: Backend) {
     let proxy = Proxy::start(db.server_addr()).await;
     let mut s = store_at(&db.url_via(proxy.addr), Duration::from_millis(300));
     s.ensure_row("stall").await.unwrap();
-    assert!(s.claim("stall", "a", TTL, 0).await.unwrap());
+    assert!(s.claim("stall", "a", any_token(), TTL, 0).await.unwrap());
     proxy.set(Mode::Stall);
     let started = Instant::now();
     let error = s.renew("stall", "a", TTL, 1).await.unwrap_err();
@@ -296,7 +319,7 @@ async fn statements_are_prepared_once_per_connection(backend: Backend) {
     for _ in 0..3 {
         conn.ensure_row(name).await.unwrap();
         let term = conn.get(name).await.unwrap().unwrap().term;
-        assert!(conn.claim(name, "a", TTL, term).await.unwrap());
+        assert!(conn.claim(name, "a", any_token(), TTL, term).await.unwrap());
         assert!(conn.renew(name, "a", TTL, term + 1).await.unwrap());
         assert!(conn.release(name, "a", term + 1).await.unwrap());
     }
@@ -326,7 +349,12 @@ async fn a_release_notifies_where_the_backend_can_tell(backend: Backend) {
             .expect("listening");
     }
     holder.ensure_row("notified").await.unwrap();
-    assert!(holder.claim("notified", "a", TTL, 0).await.unwrap());
+    assert!(
+        holder
+            .claim("notified", "a", any_token(), TTL, 0)
+            .await
+            .unwrap()
+    );
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(woken.try_recv().is_err(), "a claim is not a release");
     let released_at = Instant::now();
@@ -407,7 +435,7 @@ async fn a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back
     leader.connect().await.unwrap();
     let name = "waited";
     leader.ensure_row(name).await.unwrap();
-    assert!(leader.claim(name, "a", TTL, 0).await.unwrap());
+    assert!(leader.claim(name, "a", any_token(), TTL, 0).await.unwrap());
 
     let url = DatabaseUrl::parse(&db.url).unwrap();
     let mut other = DbConnection::connect(&url, Duration::from_secs(10))
@@ -451,6 +479,57 @@ async fn a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back
     );
 }
 
-backend_tests!(postgres = Backend::Postgres => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back);
-backend_tests!(mysql = Backend::Mysql => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back);
-backend_tests!(sqlite = Backend::Sqlite => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back);
+/// A claim or a reacquire marks the term it starts with its process's token, and `get`
+/// returns it: a node whose claim's answer was lost tells its own term from one another
+/// process with the same node id started. A node of a version without the column (here
+/// its claim, run by hand) starts a term without writing it; the value it leaves behind
+/// must not pass for that term.
+async fn the_term_token_tells_which_process_started_the_term(backend: Backend) {
+    let db = TestDb::new(backend);
+    let mut s = store(&db);
+    let (first, second) = (ProcessToken::random(), ProcessToken::random());
+    let name = "tokens";
+    s.ensure_row(name).await.unwrap();
+    let row = s.get(name).await.unwrap().unwrap();
+    assert_eq!(row.term_token, None, "no process started a term yet");
+    assert!(!row.started_by(first));
+
+    assert!(s.claim(name, "twin", first, TTL, 0).await.unwrap());
+    let row = s.get(name).await.unwrap().unwrap();
+    assert_eq!(row.term_token, Some(first.for_term(1)));
+    assert!(row.started_by(first));
+    assert!(
+        !row.started_by(second),
+        "the same node id in another process"
+    );
+    assert!(s.renew(name, "twin", TTL, 1).await.unwrap());
+    assert!(s.release(name, "twin", 1).await.unwrap());
+    assert!(s.claim(name, "twin", first, TTL, 1).await.unwrap());
+    assert!(s.get(name).await.unwrap().unwrap().started_by(first));
+    assert!(s.reacquire(name, "twin", second, TTL, 2).await.unwrap());
+    let row = s.get(name).await.unwrap().unwrap();
+    assert_eq!(row.term, 3);
+    assert!(row.started_by(second) && !row.started_by(first));
+
+    let url = DatabaseUrl::parse(&db.url).unwrap();
+    let mut old_node = DbConnection::connect(&url, TTL).await.unwrap();
+    execute_raw(
+        &mut old_node,
+        &[
+            "UPDATE service_leader_lock SET term = term + 1, container_id = 'twin'
+           WHERE name = 'tokens'",
+        ],
+    )
+    .await;
+    let row = s.get(name).await.unwrap().unwrap();
+    assert_eq!(
+        (row.term, row.term_token),
+        (4, Some(second.for_term(3))),
+        "left behind"
+    );
+    assert!(!row.started_by(second), "a term this process did not start");
+}
+
+backend_tests!(postgres = Backend::Postgres => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, the_term_token_tells_which_process_started_the_term);
+backend_tests!(mysql = Backend::Mysql => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, the_term_token_tells_which_process_started_the_term);
+backend_tests!(sqlite = Backend::Sqlite => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, the_term_token_tells_which_process_started_the_term);
