@@ -896,10 +896,11 @@ impl Machine {
             }
             Outcome::Observed(row) => {
                 let me = settings.node_id.as_str();
-                // The row's term is ours if this node led in it, or if a claim or reacquire
-                // of ours whose answer was lost may have started it (the in-doubt term wins
-                // over the one led before) and the row shows this election's token for it:
-                // the node id alone cannot tell, another process may run with the same one.
+                // The row's term is ours if this node led in it, or if it is the term a
+                // claim or reacquire of ours may have started (its answer was lost) and the
+                // row shows this election's token for it: the node id alone cannot tell,
+                // another process may run with the same one. Both are checked against the
+                // row, so the in-doubt term wins over the one led before.
                 let ours = row.as_ref().filter(|r| {
                     r.holder.as_deref() == Some(me)
                         && (self.hold.term() == Some(r.term)

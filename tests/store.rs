@@ -530,6 +530,57 @@ async fn the_term_token_tells_which_process_started_the_term(backend: Backend) {
     assert!(!row.started_by(second), "a term this process did not start");
 }
 
-backend_tests!(postgres = Backend::Postgres => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, the_term_token_tells_which_process_started_the_term);
-backend_tests!(mysql = Backend::Mysql => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, the_term_token_tells_which_process_started_the_term);
-backend_tests!(sqlite = Backend::Sqlite => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, the_term_token_tells_which_process_started_the_term);
+/// A table the previous version created, with a lease one of its nodes holds, keeps that
+/// lease through the migration that adds `term_token`: the row reads with no token, and
+/// the live lease stays its holder's.
+async fn a_lease_held_before_the_term_token_migration_survives_it(backend: Backend) {
+    let db = TestDb::new(backend);
+    let url = DatabaseUrl::parse(&db.url).unwrap();
+    let mut old_node = DbConnection::connect(&url, TTL).await.unwrap();
+    let (create_table, now) = match backend {
+        Backend::Postgres => (
+            include_str!(
+                "../migrations/postgres/2026-11-22-000000_create_service_leader_lock/up.sql"
+            ),
+            "clock_timestamp()",
+        ),
+        Backend::Mysql => (
+            include_str!("../migrations/mysql/2026-11-22-000000_create_service_leader_lock/up.sql"),
+            "NOW(6)",
+        ),
+        Backend::Sqlite => (
+            include_str!(
+                "../migrations/sqlite/2026-11-22-000000_create_service_leader_lock/up.sql"
+            ),
+            "strftime('%Y-%m-%d %H:%M:%f', 'now')",
+        ),
+    };
+    let hold = format!(
+        "INSERT INTO service_leader_lock (name, container_id, {}, term, lease_ms)
+         VALUES ('kept', 'old', {now}, 7, 60000)",
+        match backend {
+            Backend::Mysql => "`timestamp`",
+            _ => r#""timestamp""#,
+        }
+    );
+    execute_raw(&mut old_node, &[create_table, &hold]).await;
+
+    let mut new_node = store(&db);
+    new_node.connect().await.unwrap();
+    let row = new_node.get("kept").await.unwrap().unwrap();
+    assert_eq!(
+        (row.live_holder(), row.term, row.term_token),
+        (Some("old"), 7, None)
+    );
+    assert!(
+        !new_node
+            .claim("kept", "new", any_token(), TTL, 7)
+            .await
+            .unwrap(),
+        "still the old node's lease"
+    );
+}
+
+backend_tests!(postgres = Backend::Postgres => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, the_term_token_tells_which_process_started_the_term, a_lease_held_before_the_term_token_migration_survives_it);
+backend_tests!(mysql = Backend::Mysql => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, the_term_token_tells_which_process_started_the_term, a_lease_held_before_the_term_token_migration_survives_it);
+backend_tests!(sqlite = Backend::Sqlite => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, the_term_token_tells_which_process_started_the_term, a_lease_held_before_the_term_token_migration_survives_it);

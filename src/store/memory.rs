@@ -163,12 +163,12 @@ impl MemoryStore {
         *self.last_operation.lock().unwrap() = operation;
         let writes = !matches!(operation, "get" | "ensure_row");
         let faults = {
-            let mut faults = self.faults.lock().unwrap();
-            let now = faults.clone();
+            let mut shared = self.faults.lock().unwrap();
+            let for_this_operation = shared.clone();
             if writes {
-                faults.lose_next_write_answer = false;
+                shared.lose_next_write_answer = false;
             }
-            now
+            for_this_operation
         };
         let rows = Arc::clone(&self.rows);
         tokio::spawn(async move {

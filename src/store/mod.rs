@@ -61,9 +61,9 @@ impl LeaseRow {
     }
 }
 
-/// A random number drawn once per election, which marks the terms that election starts:
-/// a claim whose answer was lost leaves its node to find out from the row whether the
-/// term was its own, and two processes may (wrongly) share one node id.
+/// Marks the terms one election starts; drawn at random once per election. A node whose
+/// claim's answer was lost must find out from the row whether that claim started the term
+/// it shows, and the node id cannot tell: two processes may (wrongly) run with the same one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcessToken(i64);
 
