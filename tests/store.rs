@@ -565,6 +565,27 @@ async fn a_lease_held_before_the_term_token_migration_survives_it(backend: Backe
     );
     execute_raw(&mut old_node, &[create_table, &hold]).await;
 
+    // A node of this version that does not migrate is told what to do.
+    let mut unmigrated = SqlStore::new(
+        url.clone(),
+        Timeouts {
+            connect: Duration::from_secs(2),
+            query: TTL,
+        },
+        false,
+    );
+    let error = unmigrated.get("kept").await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            StoreError::SchemaOutdated {
+                column: "term_token"
+            }
+        ),
+        "{error}"
+    );
+    assert!(error.to_string().contains("leaderd migrate"), "{error}");
+
     let mut new_node = store(&db);
     new_node.connect().await.unwrap();
     let row = new_node.get("kept").await.unwrap().unwrap();

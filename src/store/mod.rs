@@ -92,6 +92,11 @@ pub enum StoreError {
     ConnectTimeout { url: String, after: Duration },
     #[error("query failed: {0}")]
     Query(#[from] diesel::result::Error),
+    #[error(
+        "the table service_leader_lock has no column {column}, which this version needs: \
+         run `leaderd migrate` (or start a node with database.migrate = true)"
+    )]
+    SchemaOutdated { column: &'static str },
     #[error("query timed out after {}", humantime::format_duration(*.after))]
     QueryTimeout { after: Duration },
     #[error("migrations failed: {0}")]
@@ -107,6 +112,7 @@ impl StoreError {
             StoreError::Connect { .. } => "connect",
             StoreError::ConnectTimeout { .. } => "connect_timeout",
             StoreError::Query(_) => "query",
+            StoreError::SchemaOutdated { .. } => "schema_outdated",
             StoreError::QueryTimeout { .. } => "query_timeout",
             StoreError::Migration(_) => "migration",
             StoreError::Task(_) => "task",

@@ -270,6 +270,23 @@ where
     Ok(harness.into_inner())
 }
 
+/// Columns later migrations added, which a table migrated for an older version lacks.
+const ADDED_COLUMNS: [&str; 1] = ["term_token"];
+
+/// Tells a statement that failed on a column the table lacks (a node of this version on a
+/// table nobody migrated yet) from other failures, so the error says what to do.
+fn missing_column(error: StoreError) -> StoreError {
+    if let StoreError::Query(diesel::result::Error::DatabaseError(_, info)) = &error {
+        if let Some(column) = ADDED_COLUMNS
+            .into_iter()
+            .find(|column| info.message().contains(column))
+        {
+            return StoreError::SchemaOutdated { column };
+        }
+    }
+    error
+}
+
 fn unix_us(time: SystemTime) -> i64 {
     match time.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(since) => since.as_micros() as i64,
@@ -400,7 +417,8 @@ impl DbConnection {
         let rows: Vec<RowSql> = on_connection!(self, |c, d| {
             Statement::new(d.get, vec![Param::Text(name)])
                 .load(c)
-                .await?
+                .await
+                .map_err(|error| missing_column(error.into()))?
         });
         let middle = sent + (unix_us(SystemTime::now()) - sent) / 2;
         Ok(rows.into_iter().next().map(|row| LeaseRow {
@@ -420,7 +438,10 @@ impl DbConnection {
         params: Vec<Param<'_>>,
     ) -> Result<usize, StoreError> {
         Ok(on_connection!(self, |c, d| {
-            Statement::new(statement(d), params).execute(c).await?
+            Statement::new(statement(d), params)
+                .execute(c)
+                .await
+                .map_err(|error| missing_column(error.into()))?
         }))
     }
 
