@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep_until};
 use tracing::{debug, info, warn};
 
-use crate::store::{LeaseRow, LeaseStore, StoreError};
+use crate::store::{LeaseRow, LeaseStore, ProcessToken, StoreError};
 
 /// What an election needs to know about itself.
 #[derive(Debug, Clone)]
@@ -311,11 +311,12 @@ impl From<StoreError> for RoundError {
 /// is the only one in steady state (a renewal for the leader, a read for a follower).
 /// `may_claim` is asked before each claim. `released_in`: a term whose release was just
 /// announced, claimed without reading first. `statements` counts what it sends, for
-/// [`RoundReport::statements`].
+/// [`RoundReport::statements`]. `token` marks the terms it starts.
 async fn round<S: LeaseStore>(
     store: &mut S,
     settings: &ElectionSettings,
     boot: &BootClock,
+    token: ProcessToken,
     hold: Hold,
     may_claim: impl Fn() -> bool,
     released_in: Option<i64>,
@@ -336,13 +337,14 @@ async fn round<S: LeaseStore>(
         }
         Hold::Lapsed { term } if may_claim() => {
             *statements += 1;
-            let reacquired = store
-                .reacquire(name, me, ttl, term)
-                .await
-                .map_err(|error| RoundError {
-                    error,
-                    in_doubt: Some(term + 1),
-                })?;
+            let reacquired =
+                store
+                    .reacquire(name, me, token, ttl, term)
+                    .await
+                    .map_err(|error| RoundError {
+                        error,
+                        in_doubt: Some(term + 1),
+                    })?;
             if reacquired {
                 return Ok((
                     Outcome::Holding {
@@ -357,7 +359,9 @@ async fn round<S: LeaseStore>(
             if let Some(expected) = released_in {
                 // The claim checks the term and that the lease is free, so a stale term
                 // only costs the read below.
-                if let Some(holding) = claim(store, settings, boot, expected, statements).await? {
+                if let Some(holding) =
+                    claim(store, settings, boot, token, expected, statements).await?
+                {
                     return Ok((holding, sent.at.elapsed()));
                 }
             }
@@ -378,7 +382,7 @@ async fn round<S: LeaseStore>(
         Some(_) => None,
     };
     if let Some(expected) = free_term {
-        if let Some(holding) = claim(store, settings, boot, expected, statements).await? {
+        if let Some(holding) = claim(store, settings, boot, token, expected, statements).await? {
             return Ok((holding, round_trip));
         }
         // Another node was faster; see who.
@@ -395,13 +399,20 @@ async fn claim<S: LeaseStore>(
     store: &mut S,
     settings: &ElectionSettings,
     boot: &BootClock,
+    token: ProcessToken,
     expected: i64,
     statements: &mut u64,
 ) -> Result<Option<Outcome>, RoundError> {
     let sent = Instants::now(boot);
     *statements += 1;
     let claimed = store
-        .claim(&settings.name, &settings.node_id, settings.ttl, expected)
+        .claim(
+            &settings.name,
+            &settings.node_id,
+            token,
+            settings.ttl,
+            expected,
+        )
         .await
         .map_err(|error| RoundError {
             error,
@@ -591,6 +602,9 @@ struct Machine {
     thin_margin: bool,
     /// A term this node may hold: its claim failed on the way back, so it may have committed.
     in_doubt: Option<i64>,
+    /// Marks the terms this election starts, so that it can tell an in-doubt term of its
+    /// own from one another process with the same node id started.
+    token: ProcessToken,
     /// A term in which the table names this node although this process never took it.
     foreign_term_warned: Option<i64>,
     /// Where role changes go, if anyone listens.
@@ -627,6 +641,7 @@ impl<S: LeaseStore> Election<S> {
             connected: false,
             thin_margin: false,
             in_doubt: None,
+            token: ProcessToken::random(),
             foreign_term_warned: None,
             events: None,
             no_claim_until: None,
@@ -792,6 +807,7 @@ impl<S: LeaseStore> Election<S> {
                     &mut store,
                     &settings,
                     &boot,
+                    machine.token,
                     hold,
                     may_claim_now,
                     released_in,
@@ -1063,13 +1079,19 @@ impl Machine {
             }
             Outcome::Observed(row) => {
                 let me = settings.node_id.as_str();
-                let ours_in = |term| {
-                    row.as_ref()
-                        .is_some_and(|r| r.holder.as_deref() == Some(me) && r.term == term)
-                };
-                self.hold = match self.hold.term().or(self.in_doubt) {
-                    Some(term) if ours_in(term) => Hold::Lapsed { term },
-                    _ => Hold::None,
+                // The row's term is ours if this node led in it, or if it is the term a
+                // claim or reacquire of ours may have started (its answer was lost) and the
+                // row shows this election's token for it: the node id alone cannot tell,
+                // another process may run with the same one. Both are checked against the
+                // row, so the in-doubt term wins over the one led before.
+                let ours = row.as_ref().filter(|r| {
+                    r.holder.as_deref() == Some(me)
+                        && (self.hold.term() == Some(r.term)
+                            || (self.in_doubt == Some(r.term) && r.started_by(self.token)))
+                });
+                self.hold = match ours {
+                    Some(r) => Hold::Lapsed { term: r.term },
+                    None => Hold::None,
                 };
                 self.in_doubt = None;
                 let leader = row

@@ -8,7 +8,7 @@ use common::proxy::{Mode, Proxy};
 use common::{Backend, TestDb};
 use leaderd::config::DatabaseUrl;
 use leaderd::store::shared::SharedStore;
-use leaderd::store::{DbConnection, LeaseStore, SqlStore, StoreError, Timeouts};
+use leaderd::store::{DbConnection, LeaseStore, ProcessToken, SqlStore, StoreError, Timeouts};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,11 @@ fn store_at(url: &str, query_timeout: Duration) -> SqlStore {
         },
         true,
     )
+}
+
+/// A process token for tests in which it does not matter which process started a term.
+fn any_token() -> ProcessToken {
+    ProcessToken::random()
 }
 
 fn store(db: &TestDb) -> SqlStore {
@@ -46,9 +51,15 @@ async fn claim_renew_release(backend: Backend) {
         "creating the row grants nothing"
     );
 
-    assert!(a.claim(name, "a", TTL, 0).await.unwrap());
-    assert!(!b.claim(name, "b", TTL, 0).await.unwrap(), "stale term");
-    assert!(!b.claim(name, "b", TTL, 1).await.unwrap(), "live lease");
+    assert!(a.claim(name, "a", any_token(), TTL, 0).await.unwrap());
+    assert!(
+        !b.claim(name, "b", any_token(), TTL, 0).await.unwrap(),
+        "stale term"
+    );
+    assert!(
+        !b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
+        "live lease"
+    );
     assert!(a.renew(name, "a", TTL, 1).await.unwrap());
     assert!(!b.renew(name, "b", TTL, 1).await.unwrap(), "not the holder");
     assert!(!a.renew(name, "a", TTL, 0).await.unwrap(), "wrong term");
@@ -78,7 +89,7 @@ async fn claim_renew_release(backend: Backend) {
         (None, Duration::ZERO)
     );
     assert!(
-        b.claim(name, "b", TTL, 1).await.unwrap(),
+        b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
         "a released lease is free at once"
     );
     assert_eq!(b.get(name).await.unwrap().unwrap().term, 2);
@@ -93,7 +104,7 @@ async fn leases_lapse_by_the_database_clock(backend: Backend) {
     let short = Duration::from_millis(600);
     a.ensure_row(name).await.unwrap();
     let sent = Instant::now();
-    assert!(a.claim(name, "a", short, 0).await.unwrap());
+    assert!(a.claim(name, "a", any_token(), short, 0).await.unwrap());
     tokio::time::sleep(Duration::from_millis(200)).await;
     let row = b.get(name).await.unwrap().unwrap();
     // Sub-second precision: whole-second timestamps would show 0 or 1000.
@@ -105,7 +116,7 @@ async fn leases_lapse_by_the_database_clock(backend: Backend) {
         sent.elapsed()
     );
     assert!(
-        !b.claim(name, "b", TTL, 1).await.unwrap(),
+        !b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
         "still live before its lease ends"
     );
 
@@ -119,16 +130,16 @@ async fn leases_lapse_by_the_database_clock(backend: Backend) {
         "a lapsed lease is not renewed"
     );
     assert!(
-        b.claim(name, "b", TTL, 1).await.unwrap(),
+        b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
         "a lapsed lease can be taken"
     );
     assert!(
-        !a.reacquire(name, "a", TTL, 1).await.unwrap(),
+        !a.reacquire(name, "a", any_token(), TTL, 1).await.unwrap(),
         "not ours any more"
     );
 
     // The holder of a row can start a new term on it while it still holds it.
-    assert!(b.reacquire(name, "b", TTL, 2).await.unwrap());
+    assert!(b.reacquire(name, "b", any_token(), TTL, 2).await.unwrap());
     assert_eq!(a.get(name).await.unwrap().unwrap().term, 3);
 }
 
@@ -137,7 +148,7 @@ async fn ids_are_compared_exactly(backend: Backend) {
     let mut s = store(&db);
     let name = "exact";
     s.ensure_row(name).await.unwrap();
-    assert!(s.claim(name, "node-a", TTL, 0).await.unwrap());
+    assert!(s.claim(name, "node-a", any_token(), TTL, 0).await.unwrap());
     assert!(
         !s.renew(name, "Node-A", TTL, 1).await.unwrap(),
         "case-insensitive match"
@@ -157,9 +168,15 @@ async fn concurrent_claims_have_one_winner(backend: Backend) {
         for i in 0..5 {
             let mut s = store(&db);
             tasks.push(tokio::spawn(async move {
-                s.claim("race", &format!("n{i}"), Duration::from_millis(1), round)
-                    .await
-                    .unwrap()
+                s.claim(
+                    "race",
+                    &format!("n{i}"),
+                    any_token(),
+                    Duration::from_millis(1),
+                    round,
+                )
+                .await
+                .unwrap()
             }));
         }
         let mut winners = 0;
@@ -191,7 +208,13 @@ async fn a_shared_store_serves_many_elections(backend: Backend) {
                 let name = format!("e{election}");
                 store.ensure_row(&name).await.unwrap();
                 let won = store
-                    .claim(&name, &format!("n{node}"), Duration::from_secs(30), 0)
+                    .claim(
+                        &name,
+                        &format!("n{node}"),
+                        any_token(),
+                        Duration::from_secs(30),
+                        0,
+                    )
                     .await
                     .unwrap();
                 (election, won)
@@ -241,7 +264,7 @@ async fn a_stalled_connection_is_replaced(backend: Backend) {
     let proxy = Proxy::start(db.server_addr()).await;
     let mut s = store_at(&db.url_via(proxy.addr), Duration::from_millis(300));
     s.ensure_row("stall").await.unwrap();
-    assert!(s.claim("stall", "a", TTL, 0).await.unwrap());
+    assert!(s.claim("stall", "a", any_token(), TTL, 0).await.unwrap());
     proxy.set(Mode::Stall);
     let started = Instant::now();
     let error = s.renew("stall", "a", TTL, 1).await.unwrap_err();
@@ -296,7 +319,7 @@ async fn statements_are_prepared_once_per_connection(backend: Backend) {
     for _ in 0..3 {
         conn.ensure_row(name).await.unwrap();
         let term = conn.get(name).await.unwrap().unwrap().term;
-        assert!(conn.claim(name, "a", TTL, term).await.unwrap());
+        assert!(conn.claim(name, "a", any_token(), TTL, term).await.unwrap());
         assert!(conn.renew(name, "a", TTL, term + 1).await.unwrap());
         assert!(conn.release(name, "a", term + 1).await.unwrap());
     }
@@ -326,7 +349,12 @@ async fn a_release_notifies_where_the_backend_can_tell(backend: Backend) {
             .expect("listening");
     }
     holder.ensure_row("notified").await.unwrap();
-    assert!(holder.claim("notified", "a", TTL, 0).await.unwrap());
+    assert!(
+        holder
+            .claim("notified", "a", any_token(), TTL, 0)
+            .await
+            .unwrap()
+    );
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(woken.try_recv().is_err(), "a claim is not a release");
     let released_at = Instant::now();
@@ -350,6 +378,230 @@ async fn a_release_notifies_where_the_backend_can_tell(backend: Backend) {
     assert!(woken.try_recv().is_err());
 }
 
-backend_tests!(postgres = Backend::Postgres => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection);
-backend_tests!(mysql = Backend::Mysql => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection);
-backend_tests!(sqlite = Backend::Sqlite => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection);
+/// Runs each statement in turn on a connection of the test's own (an operator, or another
+/// node's statement caught mid-way).
+async fn execute_raw(conn: &mut DbConnection, statements: &[&str]) {
+    use diesel_async::SimpleAsyncConnection;
+    for sql in statements {
+        match conn {
+            DbConnection::Postgres(c) => c.batch_execute(sql).await,
+            DbConnection::Mysql(c) => c.batch_execute(sql).await,
+            DbConnection::Sqlite(c) => c.batch_execute(sql).await,
+        }
+        .unwrap_or_else(|error| panic!("{sql}: {error}"));
+    }
+}
+
+#[derive(diesel::QueryableByName)]
+struct Micros {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    us: i64,
+}
+
+/// When the row's lease started (its `timestamp`), in microseconds of the database clock.
+async fn lease_start_us(conn: &mut DbConnection, name: &str) -> i64 {
+    use diesel_async::RunQueryDsl;
+    let sql = match conn {
+        DbConnection::Postgres(_) => format!(
+            r#"SELECT (EXTRACT(EPOCH FROM "timestamp") * 1000000)::BIGINT AS us
+               FROM service_leader_lock WHERE name = '{name}'"#
+        ),
+        DbConnection::Mysql(_) => format!(
+            "SELECT CAST(UNIX_TIMESTAMP(`timestamp`) * 1000000 AS SIGNED) AS us
+             FROM service_leader_lock WHERE name = '{name}'"
+        ),
+        DbConnection::Sqlite(_) => format!(
+            r#"SELECT CAST(ROUND((julianday("timestamp") - 2440587.5) * 86400000000.0) AS INTEGER) AS us
+               FROM service_leader_lock WHERE name = '{name}'"#
+        ),
+    };
+    let query = diesel::sql_query(sql);
+    let row: Micros = match conn {
+        DbConnection::Postgres(c) => query.get_result(c).await,
+        DbConnection::Mysql(c) => query.get_result(c).await,
+        DbConnection::Sqlite(c) => query.get_result(c).await,
+    }
+    .unwrap();
+    row.us
+}
+
+/// A renewal that started on the server, then waited for the row lock while a newer write
+/// of the same lease committed (the leader's next renewal, sent after this one's connection
+/// was reset), must not move the lease's start back when it commits after it: the leader
+/// counts its deadline from the newer renewal. MySQL's NOW(6) is the statement's start.
+async fn a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back(backend: Backend) {
+    let db = TestDb::new(backend);
+    let mut leader = store(&db);
+    leader.connect().await.unwrap();
+    let name = "waited";
+    leader.ensure_row(name).await.unwrap();
+    assert!(leader.claim(name, "a", any_token(), TTL, 0).await.unwrap());
+
+    let url = DatabaseUrl::parse(&db.url).unwrap();
+    let mut other = DbConnection::connect(&url, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let (lock, write) = match backend {
+        Backend::Postgres => (
+            "SELECT term FROM service_leader_lock WHERE name = 'waited' FOR UPDATE",
+            r#"UPDATE service_leader_lock SET "timestamp" = clock_timestamp() WHERE name = 'waited'"#,
+        ),
+        Backend::Mysql => (
+            "SELECT term FROM service_leader_lock WHERE name = 'waited' FOR UPDATE",
+            "UPDATE service_leader_lock SET `timestamp` = NOW(6) WHERE name = 'waited'",
+        ),
+        // One writer at a time: the whole database is the lock.
+        Backend::Sqlite => (
+            "SELECT term FROM service_leader_lock WHERE name = 'waited'",
+            r#"UPDATE service_leader_lock SET "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now')
+               WHERE name = 'waited'"#,
+        ),
+    };
+    let begin = match backend {
+        Backend::Sqlite => "BEGIN IMMEDIATE",
+        _ => "BEGIN",
+    };
+    execute_raw(&mut other, &[begin, lock]).await;
+    let renewal = tokio::spawn(async move { leader.renew(name, "a", TTL, 1).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!renewal.is_finished(), "the renewal waits for the row lock");
+    // The newer write, 300 ms after the renewal started; read before the commit, as the
+    // renewal may commit at once after it.
+    execute_raw(&mut other, &[write]).await;
+    let newer = lease_start_us(&mut other, name).await;
+    execute_raw(&mut other, &["COMMIT"]).await;
+    assert!(renewal.await.unwrap().unwrap(), "the lease was live");
+    let after = lease_start_us(&mut other, name).await;
+    assert!(
+        after >= newer,
+        "the renewal moved the lease's start back by {} µs",
+        newer - after
+    );
+}
+
+/// A claim or a reacquire marks the term it starts with its process's token, and `get`
+/// returns it: a node whose claim's answer was lost tells its own term from one another
+/// process with the same node id started. A node of a version without the column (here
+/// its claim, run by hand) starts a term without writing it; the value it leaves behind
+/// must not pass for that term.
+async fn the_term_token_tells_which_process_started_the_term(backend: Backend) {
+    let db = TestDb::new(backend);
+    let mut s = store(&db);
+    let (first, second) = (ProcessToken::random(), ProcessToken::random());
+    let name = "tokens";
+    s.ensure_row(name).await.unwrap();
+    let row = s.get(name).await.unwrap().unwrap();
+    assert_eq!(row.term_token, None, "no process started a term yet");
+    assert!(!row.started_by(first));
+
+    assert!(s.claim(name, "twin", first, TTL, 0).await.unwrap());
+    let row = s.get(name).await.unwrap().unwrap();
+    assert_eq!(row.term_token, Some(first.for_term(1)));
+    assert!(row.started_by(first));
+    assert!(
+        !row.started_by(second),
+        "the same node id in another process"
+    );
+    assert!(s.renew(name, "twin", TTL, 1).await.unwrap());
+    assert!(s.release(name, "twin", 1).await.unwrap());
+    assert!(s.claim(name, "twin", first, TTL, 1).await.unwrap());
+    assert!(s.get(name).await.unwrap().unwrap().started_by(first));
+    assert!(s.reacquire(name, "twin", second, TTL, 2).await.unwrap());
+    let row = s.get(name).await.unwrap().unwrap();
+    assert_eq!(row.term, 3);
+    assert!(row.started_by(second) && !row.started_by(first));
+
+    let url = DatabaseUrl::parse(&db.url).unwrap();
+    let mut old_node = DbConnection::connect(&url, TTL).await.unwrap();
+    execute_raw(
+        &mut old_node,
+        &[
+            "UPDATE service_leader_lock SET term = term + 1, container_id = 'twin'
+           WHERE name = 'tokens'",
+        ],
+    )
+    .await;
+    let row = s.get(name).await.unwrap().unwrap();
+    assert_eq!(
+        (row.term, row.term_token),
+        (4, Some(second.for_term(3))),
+        "left behind"
+    );
+    assert!(!row.started_by(second), "a term this process did not start");
+}
+
+/// A table the previous version created, with a lease one of its nodes holds, keeps that
+/// lease through the migration that adds `term_token`: the row reads with no token, and
+/// the live lease stays its holder's.
+async fn a_lease_held_before_the_term_token_migration_survives_it(backend: Backend) {
+    let db = TestDb::new(backend);
+    let url = DatabaseUrl::parse(&db.url).unwrap();
+    let mut old_node = DbConnection::connect(&url, TTL).await.unwrap();
+    let (create_table, now) = match backend {
+        Backend::Postgres => (
+            include_str!(
+                "../migrations/postgres/2026-11-22-000000_create_service_leader_lock/up.sql"
+            ),
+            "clock_timestamp()",
+        ),
+        Backend::Mysql => (
+            include_str!("../migrations/mysql/2026-11-22-000000_create_service_leader_lock/up.sql"),
+            "NOW(6)",
+        ),
+        Backend::Sqlite => (
+            include_str!(
+                "../migrations/sqlite/2026-11-22-000000_create_service_leader_lock/up.sql"
+            ),
+            "strftime('%Y-%m-%d %H:%M:%f', 'now')",
+        ),
+    };
+    let hold = format!(
+        "INSERT INTO service_leader_lock (name, container_id, {}, term, lease_ms)
+         VALUES ('kept', 'old', {now}, 7, 60000)",
+        match backend {
+            Backend::Mysql => "`timestamp`",
+            _ => r#""timestamp""#,
+        }
+    );
+    execute_raw(&mut old_node, &[create_table, &hold]).await;
+
+    // A node of this version that does not migrate is told what to do.
+    let mut unmigrated = SqlStore::new(
+        url.clone(),
+        Timeouts {
+            connect: Duration::from_secs(2),
+            query: TTL,
+        },
+        false,
+    );
+    let error = unmigrated.get("kept").await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            StoreError::SchemaOutdated {
+                column: "term_token"
+            }
+        ),
+        "{error}"
+    );
+    assert!(error.to_string().contains("leaderd migrate"), "{error}");
+
+    let mut new_node = store(&db);
+    new_node.connect().await.unwrap();
+    let row = new_node.get("kept").await.unwrap().unwrap();
+    assert_eq!(
+        (row.live_holder(), row.term, row.term_token),
+        (Some("old"), 7, None)
+    );
+    assert!(
+        !new_node
+            .claim("kept", "new", any_token(), TTL, 7)
+            .await
+            .unwrap(),
+        "still the old node's lease"
+    );
+}
+
+backend_tests!(postgres = Backend::Postgres => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, the_term_token_tells_which_process_started_the_term, a_lease_held_before_the_term_token_migration_survives_it);
+backend_tests!(mysql = Backend::Mysql => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, the_term_token_tells_which_process_started_the_term, a_lease_held_before_the_term_token_migration_survives_it);
+backend_tests!(sqlite = Backend::Sqlite => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, the_term_token_tells_which_process_started_the_term, a_lease_held_before_the_term_token_migration_survives_it);

@@ -378,13 +378,19 @@ async fn two_processes_with_one_node_id_never_lead_together() {
     assert!(!first.is_leader());
 }
 
+/// Creates the row and takes it in term 1 for "ghost", a holder that never renews.
+async fn ghost_holds_term_one(table: &MemoryStore) {
+    let mut ghost = table.handle();
+    ghost.ensure_row(ELECTION).await.unwrap();
+    let claimed = ghost.claim(ELECTION, "ghost", ProcessToken::random(), TTL, 0);
+    assert!(claimed.await.unwrap());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_node_stopped_while_its_claim_is_in_flight_releases_what_the_claim_took() {
     let table = MemoryStore::new();
-    // A holder that will never renew: its lease lapses and b claims it.
-    let mut ghost = table.handle();
-    ghost.ensure_row(ELECTION).await.unwrap();
-    assert!(ghost.claim(ELECTION, "ghost", TTL, 0).await.unwrap());
+    // Its lease lapses and b claims it.
+    ghost_holds_term_one(&table).await;
     let mut b = Node::start(&table, "b");
     b.faults(Faults {
         latency: Duration::from_millis(100),
@@ -450,6 +456,86 @@ async fn a_claim_whose_answer_was_lost_is_picked_up_without_waiting_for_a_lapse(
     let waited = until(TTL, &table, &[&a], || a.is_leader()).await;
     assert!(waited < TTL / 2, "{waited:?}");
     assert_eq!(a.status().term, Some(2));
+    assert_eq!(logs.count("same node id"), 0);
+}
+
+/// Two processes run with one node id. The second one's claim reaches the table just after
+/// the first one's, and its answer is lost: the row then names "its" id in the very term
+/// that claim would have started, but shows the first process's token for it, so the
+/// second leaves the live lease alone instead of starting a new term over it.
+#[tokio::test(start_paused = true)]
+async fn a_twin_whose_claim_answer_was_lost_leaves_the_live_lease_alone() {
+    let (logs, _guard) = Logs::capture();
+    let table = MemoryStore::new();
+    // A lapsed lease, in term 1: both twins claim in that term.
+    ghost_holds_term_one(&table).await;
+    tokio::time::sleep(TTL).await;
+    // The second reads the free row at once, but hears back only 100 ms later; by then
+    // the first has taken the lease.
+    let second = Node::start(&table, "twin");
+    second.faults(Faults {
+        answer_delay: Duration::from_millis(100),
+        lose_next_write_answer: true,
+        ..Faults::default()
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let first = Node::start(&table, "twin");
+    let twins = [&first, &second];
+    until(Duration::from_millis(10), &table, &twins, || {
+        first.is_leader()
+    })
+    .await;
+    assert_eq!(first.status().term, Some(2));
+
+    // check_invariant fails at once should both act as leader.
+    run_checked(Duration::from_secs(5), &table, &twins).await;
+    assert!(first.is_leader());
+    assert_eq!(first.status().term, Some(2), "the first kept its term");
+    assert_eq!(
+        (second.status().role, second.status().leader.as_deref()),
+        (Role::Follower, Some("twin"))
+    );
+    assert_eq!(
+        logs.count("same node id"),
+        1,
+        "the second saw a foreign term"
+    );
+}
+
+/// A node that stopped acting as leader starts a new term (reacquire), and that answer is
+/// lost. Its next read shows the in-doubt term with its own token: it takes that term up at
+/// once, rather than taking it for another process's and waiting a ttl with no leader.
+#[tokio::test(start_paused = true)]
+async fn a_reacquire_whose_answer_was_lost_leads_again_at_once() {
+    let (logs, _guard) = Logs::capture();
+    let table = MemoryStore::new();
+    let a = Node::start(&table, "a");
+    until(Duration::from_millis(10), &table, &[&a], || a.is_leader()).await;
+    run_checked(Duration::from_millis(500), &table, &[&a]).await;
+    // A renewal that takes effect but answers after the deadline: a stops acting as
+    // leader, and then reacquires...
+    a.faults(Faults {
+        answer_delay: TTL - INTERVAL + Duration::from_millis(50),
+        ..Faults::default()
+    });
+    let mut status = a.status.clone();
+    tokio::time::timeout(TTL * 2, status.wait_for(|s| s.role != Role::Leader))
+        .await
+        .expect("the late answer ends leadership at the deadline")
+        .unwrap();
+    assert_eq!(table.row(ELECTION).unwrap().term, 1);
+    // ...and loses the answer to that.
+    a.faults(Faults {
+        lose_next_write_answer: true,
+        ..Faults::default()
+    });
+    let waited = until(TTL, &table, &[&a], || a.is_leader()).await;
+    assert!(waited < TTL / 4, "led again {waited:?} after the deadline");
+    assert_eq!(
+        a.status().term,
+        Some(3),
+        "the lost reacquire's term 2, then the next"
+    );
     assert_eq!(logs.count("same node id"), 0);
 }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
-use super::{LeaseRow, LeaseStore, StoreError};
+use super::{LeaseRow, LeaseStore, ProcessToken, StoreError};
 
 #[derive(Debug)]
 struct Row {
@@ -15,6 +15,7 @@ struct Row {
     term: i64,
     lease: Duration,
     renewed_at: Instant,
+    term_token: Option<i64>,
 }
 
 impl Row {
@@ -37,6 +38,8 @@ pub struct Faults {
     /// Claims, renewals and releases take effect but their answers are lost (the caller
     /// sees an error).
     pub lose_write_answers: bool,
+    /// Like `lose_write_answers`, for the next claim, reacquire, renewal or release only.
+    pub lose_next_write_answer: bool,
 }
 
 /// One handle onto a shared in-memory table. [`MemoryStore::handle`] makes another handle
@@ -123,7 +126,8 @@ impl MemoryStore {
         *self.last_operation.lock().unwrap()
     }
 
-    /// Replaces the row, as an operator or a stepped database clock might.
+    /// Replaces the row, as an operator, a stepped database clock or a node of a version
+    /// that does not write term tokens might.
     pub fn overwrite(&self, name: &str, holder: &str, term: i64, lease: Duration) {
         self.rows.lock().unwrap().insert(
             name.to_owned(),
@@ -132,6 +136,7 @@ impl MemoryStore {
                 term,
                 lease,
                 renewed_at: Instant::now(),
+                term_token: None,
             },
         );
     }
@@ -156,7 +161,15 @@ impl MemoryStore {
         self.operations
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         *self.last_operation.lock().unwrap() = operation;
-        let faults = self.faults.lock().unwrap().clone();
+        let writes = !matches!(operation, "get" | "ensure_row");
+        let faults = {
+            let mut shared = self.faults.lock().unwrap();
+            let for_this_operation = shared.clone();
+            if writes {
+                shared.lose_next_write_answer = false;
+            }
+            for_this_operation
+        };
         let rows = Arc::clone(&self.rows);
         tokio::spawn(async move {
             tokio::time::sleep(faults.latency).await;
@@ -170,7 +183,7 @@ impl MemoryStore {
             }
             let value = op(&mut rows.lock().unwrap(), Instant::now());
             tokio::time::sleep(faults.answer_delay).await;
-            if faults.lose_write_answers && !matches!(operation, "get" | "ensure_row") {
+            if writes && (faults.lose_write_answers || faults.lose_next_write_answer) {
                 return Err(StoreError::QueryTimeout {
                     after: faults.latency + faults.answer_delay,
                 });
@@ -190,6 +203,7 @@ fn to_lease_row(row: &Row, now: Instant) -> LeaseRow {
         age: now.saturating_duration_since(row.renewed_at),
         // One clock for everything here.
         clock_offset_us: Some(0),
+        term_token: row.term_token,
     }
 }
 
@@ -210,6 +224,7 @@ impl LeaseStore for MemoryStore {
                 term: 0,
                 lease: Duration::ZERO,
                 renewed_at: now,
+                term_token: None,
             });
         })
         .await
@@ -219,6 +234,7 @@ impl LeaseStore for MemoryStore {
         &mut self,
         name: &str,
         holder: &str,
+        token: ProcessToken,
         ttl: Duration,
         expected_term: i64,
     ) -> Result<bool, StoreError> {
@@ -230,6 +246,7 @@ impl LeaseStore for MemoryStore {
                     term: row.term + 1,
                     lease: ttl,
                     renewed_at: now,
+                    term_token: Some(token.for_term(row.term + 1)),
                 };
                 true
             }
@@ -242,6 +259,7 @@ impl LeaseStore for MemoryStore {
         &mut self,
         name: &str,
         holder: &str,
+        token: ProcessToken,
         ttl: Duration,
         term: i64,
     ) -> Result<bool, StoreError> {
@@ -249,6 +267,7 @@ impl LeaseStore for MemoryStore {
         self.with_table("reacquire", move |rows, now| match rows.get_mut(&name) {
             Some(row) if row.term == term && row.holder.as_deref() == Some(holder.as_str()) => {
                 row.term += 1;
+                row.term_token = Some(token.for_term(row.term));
                 row.lease = ttl;
                 row.renewed_at = now;
                 true

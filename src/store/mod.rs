@@ -34,12 +34,21 @@ pub struct LeaseRow {
     /// The database clock minus this host's wall clock, in microseconds, estimated at the
     /// middle of the read (`None` where it cannot be measured).
     pub clock_offset_us: Option<i64>,
+    /// Which process started the current term (see [`ProcessToken::for_term`]); `None`
+    /// until a node that writes it starts a term (older versions do not).
+    pub term_token: Option<i64>,
 }
 
 impl LeaseRow {
     /// The holder, if its lease is still live by the database clock.
     pub fn live_holder(&self) -> Option<&str> {
         self.holder.as_deref().filter(|_| self.age < self.lease)
+    }
+
+    /// Whether the process with `token` started the current term. The holder id alone
+    /// cannot tell: another process may run with the same node id.
+    pub fn started_by(&self, token: ProcessToken) -> bool {
+        self.term_token == Some(token.for_term(self.term))
     }
 
     /// How long the lease has left by the database clock (zero once lapsed or released).
@@ -49,6 +58,25 @@ impl LeaseRow {
         } else {
             Duration::ZERO
         }
+    }
+}
+
+/// Marks the terms one election starts; drawn at random once per election. A node whose
+/// claim's answer was lost must find out from the row whether that claim started the term
+/// it shows, and the node id cannot tell: two processes may (wrongly) run with the same one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessToken(i64);
+
+impl ProcessToken {
+    pub fn random() -> Self {
+        ProcessToken(rand::random())
+    }
+
+    /// What a claim or reacquire by this process writes into the row for the term it
+    /// starts. Bound to the term: a node of a version without the column starts the next
+    /// term without touching it, and the value left behind never matches that term.
+    pub fn for_term(self, term: i64) -> i64 {
+        self.0 ^ term
     }
 }
 
@@ -64,6 +92,11 @@ pub enum StoreError {
     ConnectTimeout { url: String, after: Duration },
     #[error("query failed: {0}")]
     Query(#[from] diesel::result::Error),
+    #[error(
+        "the table service_leader_lock has no column {column}, which this version needs: \
+         run `leaderd migrate` (or start a node with database.migrate = true)"
+    )]
+    SchemaOutdated { column: &'static str },
     #[error("query timed out after {}", humantime::format_duration(*.after))]
     QueryTimeout { after: Duration },
     #[error("migrations failed: {0}")]
@@ -79,6 +112,7 @@ impl StoreError {
             StoreError::Connect { .. } => "connect",
             StoreError::ConnectTimeout { .. } => "connect_timeout",
             StoreError::Query(_) => "query",
+            StoreError::SchemaOutdated { .. } => "schema_outdated",
             StoreError::QueryTimeout { .. } => "query_timeout",
             StoreError::Migration(_) => "migration",
             StoreError::Task(_) => "task",
@@ -97,19 +131,22 @@ pub trait LeaseStore: Send {
     /// Creates the row of `name`, unheld, if missing. Never grants anything.
     fn ensure_row(&mut self, name: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Takes a released or lapsed lease whose term is still `expected_term`; the new term
-    /// is `expected_term + 1`.
+    /// is `expected_term + 1`, marked with `token` (see [`LeaseRow::started_by`]).
     fn claim(
         &mut self,
         name: &str,
         holder: &str,
+        token: ProcessToken,
         ttl: Duration,
         expected_term: i64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Starts term `term + 1` on a row that `holder` still holds in `term`.
+    /// Starts term `term + 1`, marked with `token`, on a row that `holder` still holds in
+    /// `term`.
     fn reacquire(
         &mut self,
         name: &str,
         holder: &str,
+        token: ProcessToken,
         ttl: Duration,
         term: i64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
@@ -268,12 +305,13 @@ impl LeaseStore for SqlStore {
         &mut self,
         name: &str,
         holder: &str,
+        token: ProcessToken,
         ttl: Duration,
         expected_term: i64,
     ) -> Result<bool, StoreError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.run(Opening::PrepareHandover, move |c| {
-            Box::pin(async move { c.claim(&name, &holder, ttl, expected_term).await })
+            Box::pin(async move { c.claim(&name, &holder, token, ttl, expected_term).await })
         })
         .await
     }
@@ -282,12 +320,13 @@ impl LeaseStore for SqlStore {
         &mut self,
         name: &str,
         holder: &str,
+        token: ProcessToken,
         ttl: Duration,
         term: i64,
     ) -> Result<bool, StoreError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.run(Opening::PrepareHandover, move |c| {
-            Box::pin(async move { c.reacquire(&name, &holder, ttl, term).await })
+            Box::pin(async move { c.reacquire(&name, &holder, token, ttl, term).await })
         })
         .await
     }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::Mutex;
 
-use super::{LeaseRow, LeaseStore, SqlStore, StoreError, Timeouts};
+use super::{LeaseRow, LeaseStore, ProcessToken, SqlStore, StoreError, Timeouts};
 use crate::config::DatabaseUrl;
 
 /// A cheap-to-clone handle; every clone shares the same connections.
@@ -54,6 +54,7 @@ impl LeaseStore for SharedStore {
         &mut self,
         name: &str,
         holder: &str,
+        token: ProcessToken,
         ttl: Duration,
         expected_term: i64,
     ) -> Result<bool, StoreError> {
@@ -61,7 +62,7 @@ impl LeaseStore for SharedStore {
         connection
             .lock()
             .await
-            .claim(name, holder, ttl, expected_term)
+            .claim(name, holder, token, ttl, expected_term)
             .await
     }
 
@@ -69,6 +70,7 @@ impl LeaseStore for SharedStore {
         &mut self,
         name: &str,
         holder: &str,
+        token: ProcessToken,
         ttl: Duration,
         term: i64,
     ) -> Result<bool, StoreError> {
@@ -76,7 +78,7 @@ impl LeaseStore for SharedStore {
         connection
             .lock()
             .await
-            .reacquire(name, holder, ttl, term)
+            .reacquire(name, holder, token, ttl, term)
             .await
     }
 

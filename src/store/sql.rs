@@ -19,7 +19,7 @@ use diesel_async::{
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use std::time::{Duration, SystemTime};
 
-use super::{LeaseRow, StoreError};
+use super::{LeaseRow, ProcessToken, StoreError};
 use crate::config::{Backend, DatabaseUrl};
 
 const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
@@ -28,14 +28,15 @@ const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqli
 
 /// The statements of one backend.
 struct Dialect {
-    /// (name) -> holder, term, lease_ms, age_ms by the database clock.
+    /// (name) -> holder, term, lease_ms, age_ms by the database clock, now_us, term_token.
     get: &'static str,
     /// (name): create the row, unheld, if it does not exist. Its row count means nothing:
     /// leadership is only ever taken by `claim`.
     ensure_row: &'static str,
-    /// (holder, lease_ms, name, expected_term): take a released or lapsed lease.
+    /// (holder, term_token, lease_ms, name, expected_term): take a released or lapsed lease.
     claim: &'static str,
-    /// (lease_ms, name, holder, term): start a new term on a row this process still holds.
+    /// (term_token, lease_ms, name, holder, term): start a new term on a row this process
+    /// still holds.
     reacquire: &'static str,
     /// (lease_ms, name, holder, term): extend a live lease of ours.
     renew: &'static str,
@@ -43,21 +44,25 @@ struct Dialect {
     release: &'static str,
 }
 
+// clock_timestamp() is read when the row is written, after any wait for its lock: writes
+// of one row take turns, so a later one never stores an earlier time.
 const POSTGRES: Dialect = Dialect {
     get: r#"SELECT container_id, term, lease_ms,
                    (EXTRACT(EPOCH FROM (clock_timestamp() - "timestamp")) * 1000)::BIGINT AS age_ms,
-                   (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT AS now_us
+                   (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT AS now_us,
+                   term_token
             FROM service_leader_lock WHERE name = ?"#,
     ensure_row: r#"INSERT INTO service_leader_lock (name, container_id, "timestamp", term, lease_ms)
                    VALUES (?, NULL, clock_timestamp(), 0, 0)
                    ON CONFLICT (name) DO NOTHING"#,
     claim: r#"UPDATE service_leader_lock
-              SET term = term + 1, container_id = ?, "timestamp" = clock_timestamp(), lease_ms = ?
+              SET term = term + 1, container_id = ?, term_token = ?, "timestamp" = clock_timestamp(),
+                  lease_ms = ?
               WHERE name = ? AND term = ?
                 AND (container_id IS NULL
                      OR "timestamp" + lease_ms * INTERVAL '1 millisecond' <= clock_timestamp())"#,
     reacquire: r#"UPDATE service_leader_lock
-                  SET term = term + 1, "timestamp" = clock_timestamp(), lease_ms = ?
+                  SET term = term + 1, term_token = ?, "timestamp" = clock_timestamp(), lease_ms = ?
                   WHERE name = ? AND container_id = ? AND term = ?"#,
     renew: r#"UPDATE service_leader_lock
               SET "timestamp" = clock_timestamp(), lease_ms = ?
@@ -74,13 +79,19 @@ const POSTGRES: Dialect = Dialect {
 
 // MySQL applies SET assignments left to right, so `term` comes first while it still reads
 // the old value. NOW(6) is the statement's start: a statement that waited for a row lock
-// judges expiry by an earlier instant, which only errs towards "still live".
+// judges expiry by an earlier instant, which only errs towards "still live". It would also
+// write that earlier instant: a renewal whose connection was reset while it waited for the
+// row lock commits after the leader's next renewal, and would move the lease's start back
+// before the instant the leader counts its deadline from. So the renewal never moves it
+// back. Claims and reacquires need no such guard: each expects a term and starts the next,
+// so none of them commits after a later write of the term it starts.
 // The connection reports rows matched, not rows changed (CLIENT_FOUND_ROWS), which is what
 // every check here wants.
 const MYSQL: Dialect = Dialect {
     get: "SELECT container_id, term, lease_ms,
                  CAST(TIMESTAMPDIFF(MICROSECOND, `timestamp`, NOW(6)) DIV 1000 AS SIGNED) AS age_ms,
-                 CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED) AS now_us
+                 CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED) AS now_us,
+                 term_token
           FROM service_leader_lock WHERE name = ?",
     // Not `on_conflict_do_nothing()`: on MariaDB that becomes ON DUPLICATE KEY UPDATE and
     // reports a row even when the key existed.
@@ -88,15 +99,15 @@ const MYSQL: Dialect = Dialect {
         "INSERT IGNORE INTO service_leader_lock (name, container_id, `timestamp`, term, lease_ms)
                  VALUES (?, NULL, NOW(6), 0, 0)",
     claim: "UPDATE service_leader_lock
-            SET term = term + 1, container_id = ?, `timestamp` = NOW(6), lease_ms = ?
+            SET term = term + 1, container_id = ?, term_token = ?, `timestamp` = NOW(6), lease_ms = ?
             WHERE name = ? AND term = ?
               AND (container_id IS NULL
                    OR `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND <= NOW(6))",
     reacquire: "UPDATE service_leader_lock
-                SET term = term + 1, `timestamp` = NOW(6), lease_ms = ?
+                SET term = term + 1, term_token = ?, `timestamp` = NOW(6), lease_ms = ?
                 WHERE name = ? AND container_id = ? AND term = ?",
     renew: "UPDATE service_leader_lock
-            SET `timestamp` = NOW(6), lease_ms = ?
+            SET `timestamp` = GREATEST(`timestamp`, NOW(6)), lease_ms = ?
             WHERE name = ? AND container_id = ? AND term = ?
               AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)",
     release: "UPDATE service_leader_lock
@@ -105,21 +116,26 @@ const MYSQL: Dialect = Dialect {
 };
 
 // SQLite keeps UTC text with milliseconds; julianday() turns it back into a number.
-// 'now' is fixed for the duration of one statement.
+// 'now' is fixed for the duration of one statement, and read once it holds the database's
+// only write lock (after any busy wait): writes take turns, so a later one never stores an
+// earlier time.
 const SQLITE: Dialect = Dialect {
     get: r#"SELECT container_id, term, lease_ms,
                    CAST(ROUND((julianday('now') - julianday("timestamp")) * 86400000.0) AS INTEGER) AS age_ms,
-                   CAST(ROUND((julianday('now') - 2440587.5) * 86400000000.0) AS INTEGER) AS now_us
+                   CAST(ROUND((julianday('now') - 2440587.5) * 86400000000.0) AS INTEGER) AS now_us,
+                   term_token
             FROM service_leader_lock WHERE name = ?"#,
     ensure_row: r#"INSERT OR IGNORE INTO service_leader_lock (name, container_id, "timestamp", term, lease_ms)
                    VALUES (?, NULL, strftime('%Y-%m-%d %H:%M:%f', 'now'), 0, 0)"#,
     claim: r#"UPDATE service_leader_lock
-              SET term = term + 1, container_id = ?, "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?
+              SET term = term + 1, container_id = ?, term_token = ?,
+                  "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?
               WHERE name = ? AND term = ?
                 AND (container_id IS NULL
                      OR (julianday('now') - julianday("timestamp")) * 86400000.0 >= lease_ms)"#,
     reacquire: r#"UPDATE service_leader_lock
-                  SET term = term + 1, "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?
+                  SET term = term + 1, term_token = ?,
+                      "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?
                   WHERE name = ? AND container_id = ? AND term = ?"#,
     renew: r#"UPDATE service_leader_lock
               SET "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?
@@ -208,6 +224,8 @@ struct RowSql {
     age_ms: i64,
     #[diesel(sql_type = BigInt)]
     now_us: i64,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    term_token: Option<i64>,
 }
 
 /// One open connection to whichever backend the URL names.
@@ -250,6 +268,23 @@ where
         .run_pending_migrations(migrations)
         .map_err(StoreError::Migration)?;
     Ok(harness.into_inner())
+}
+
+/// Columns later migrations added, which a table migrated for an older version lacks.
+const ADDED_COLUMNS: [&str; 1] = ["term_token"];
+
+/// Tells a statement that failed on a column the table lacks (a node of this version on a
+/// table nobody migrated yet) from other failures, so the error says what to do.
+fn missing_column(error: StoreError) -> StoreError {
+    if let StoreError::Query(diesel::result::Error::DatabaseError(_, info)) = &error {
+        if let Some(column) = ADDED_COLUMNS
+            .into_iter()
+            .find(|column| info.message().contains(column))
+        {
+            return StoreError::SchemaOutdated { column };
+        }
+    }
+    error
 }
 
 fn unix_us(time: SystemTime) -> i64 {
@@ -370,7 +405,8 @@ impl DbConnection {
     /// Not run before a renewal (see `SqlStore::run`), which must not wait for it.
     pub async fn prepare_handover(&mut self) -> Result<(), StoreError> {
         if let DbConnection::Postgres(_) = self {
-            self.claim("", "", Duration::ZERO, NO_TERM).await?;
+            self.claim("", "", ProcessToken::random(), Duration::ZERO, NO_TERM)
+                .await?;
             self.release("", "", NO_TERM).await?;
         }
         Ok(())
@@ -381,7 +417,8 @@ impl DbConnection {
         let rows: Vec<RowSql> = on_connection!(self, |c, d| {
             Statement::new(d.get, vec![Param::Text(name)])
                 .load(c)
-                .await?
+                .await
+                .map_err(|error| missing_column(error.into()))?
         });
         let middle = sent + (unix_us(SystemTime::now()) - sent) / 2;
         Ok(rows.into_iter().next().map(|row| LeaseRow {
@@ -390,15 +427,27 @@ impl DbConnection {
             lease: Duration::from_millis(row.lease_ms.max(0) as u64),
             age: Duration::from_millis(row.age_ms.max(0) as u64),
             clock_offset_us: Some(row.now_us - middle),
+            term_token: row.term_token,
+        }))
+    }
+
+    /// Runs one of the dialect's writes; how many rows it matched.
+    async fn write(
+        &mut self,
+        statement: fn(&Dialect) -> &'static str,
+        params: Vec<Param<'_>>,
+    ) -> Result<usize, StoreError> {
+        Ok(on_connection!(self, |c, d| {
+            Statement::new(statement(d), params)
+                .execute(c)
+                .await
+                .map_err(|error| missing_column(error.into()))?
         }))
     }
 
     pub async fn ensure_row(&mut self, name: &str) -> Result<(), StoreError> {
-        on_connection!(self, |c, d| {
-            Statement::new(d.ensure_row, vec![Param::Text(name)])
-                .execute(c)
-                .await?
-        });
+        self.write(|d| d.ensure_row, vec![Param::Text(name)])
+            .await?;
         Ok(())
     }
 
@@ -406,59 +455,36 @@ impl DbConnection {
         &mut self,
         name: &str,
         holder: &str,
+        token: ProcessToken,
         ttl: Duration,
         expected_term: i64,
     ) -> Result<bool, StoreError> {
-        let rows = on_connection!(self, |c, d| {
-            Statement::new(
-                d.claim,
-                vec![
-                    Param::Text(holder),
-                    Param::BigInt(ms(ttl)),
-                    Param::Text(name),
-                    Param::BigInt(expected_term),
-                ],
-            )
-            .execute(c)
-            .await?
-        });
-        Ok(rows == 1)
-    }
-
-    /// `reacquire` and `renew` take the same parameters; `statement` picks which.
-    async fn update_own(
-        &mut self,
-        statement: fn(&Dialect) -> &'static str,
-        name: &str,
-        holder: &str,
-        ttl: Duration,
-        term: i64,
-    ) -> Result<bool, StoreError> {
-        let rows = on_connection!(self, |c, d| {
-            Statement::new(
-                statement(d),
-                vec![
-                    Param::BigInt(ms(ttl)),
-                    Param::Text(name),
-                    Param::Text(holder),
-                    Param::BigInt(term),
-                ],
-            )
-            .execute(c)
-            .await?
-        });
-        Ok(rows == 1)
+        let params = vec![
+            Param::Text(holder),
+            Param::BigInt(token.for_term(expected_term + 1)),
+            Param::BigInt(ms(ttl)),
+            Param::Text(name),
+            Param::BigInt(expected_term),
+        ];
+        Ok(self.write(|d| d.claim, params).await? == 1)
     }
 
     pub async fn reacquire(
         &mut self,
         name: &str,
         holder: &str,
+        token: ProcessToken,
         ttl: Duration,
         term: i64,
     ) -> Result<bool, StoreError> {
-        self.update_own(|d| d.reacquire, name, holder, ttl, term)
-            .await
+        let params = vec![
+            Param::BigInt(token.for_term(term + 1)),
+            Param::BigInt(ms(ttl)),
+            Param::Text(name),
+            Param::Text(holder),
+            Param::BigInt(term),
+        ];
+        Ok(self.write(|d| d.reacquire, params).await? == 1)
     }
 
     pub async fn renew(
@@ -468,7 +494,13 @@ impl DbConnection {
         ttl: Duration,
         term: i64,
     ) -> Result<bool, StoreError> {
-        self.update_own(|d| d.renew, name, holder, ttl, term).await
+        let params = vec![
+            Param::BigInt(ms(ttl)),
+            Param::Text(name),
+            Param::Text(holder),
+            Param::BigInt(term),
+        ];
+        Ok(self.write(|d| d.renew, params).await? == 1)
     }
 
     pub async fn release(
@@ -477,14 +509,7 @@ impl DbConnection {
         holder: &str,
         term: i64,
     ) -> Result<bool, StoreError> {
-        let rows = on_connection!(self, |c, d| {
-            Statement::new(
-                d.release,
-                vec![Param::Text(name), Param::Text(holder), Param::BigInt(term)],
-            )
-            .execute(c)
-            .await?
-        });
-        Ok(rows == 1)
+        let params = vec![Param::Text(name), Param::Text(holder), Param::BigInt(term)];
+        Ok(self.write(|d| d.release, params).await? == 1)
     }
 }

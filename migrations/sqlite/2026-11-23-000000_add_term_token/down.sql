@@ -1,0 +1,1 @@
+ALTER TABLE service_leader_lock DROP COLUMN term_token;
