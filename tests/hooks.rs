@@ -4,6 +4,7 @@
 #[macro_use]
 mod common;
 
+use common::escape::{Ending, Escape, Heartbeat, MARK};
 use common::proxy::{Mode, Proxy};
 use common::records::{Record, check_no_overlap, hooks_config, records, runs, start};
 use common::{
@@ -586,4 +587,65 @@ leader_command = ["yes", "flooding the log"]
         "the flood is rate-limited in the log"
     );
     assert!(log.len() < 5_000_000, "log grew to {} bytes", log.len());
+}
+
+/// A leader_command whose loop leaves the guard's process group (`escape`) still ends with
+/// its fence, when its daemon is SIGKILLed and when its lease is lost while the daemon
+/// lives, in containment `mode` (given by the environment).
+async fn escaped_leader_work_ends_with_its_fence(escape: Escape, ending: Ending, mode: &str) {
+    let db = TestDb::new(Backend::Postgres);
+    let beat = Heartbeat::new(&db.dir);
+    let settings = hooks_config(
+        &db,
+        &format!(
+            "[hooks.leader_command]\ncommand = {}\nenv = {{ {MARK} = \"{}\" }}\n",
+            serde_json::to_string(&beat.argv(escape)).unwrap(),
+            beat.marker
+        ),
+    );
+    let proxy = Proxy::start(db.server_addr()).await;
+    let url = match ending {
+        Ending::DaemonKilled => db.url.clone(),
+        Ending::LeaseLost => db.url_via(proxy.addr),
+    };
+    let node = Node::start_with_env(
+        &db,
+        &settings,
+        "a",
+        &url,
+        &[("LEADERD_HOOKS__CONTAINMENT", mode)],
+    );
+    beat.wait_beating(SETTLE).await;
+    let cgroups = beat.check_held(mode);
+    let fault_at = now_ns();
+    match ending {
+        Ending::DaemonKilled => node.signal(Signal::SIGKILL),
+        Ending::LeaseLost => proxy.set(Mode::Stall),
+    }
+    let what = format!("leader_command, {escape:?}, {ending:?}, {mode}");
+    beat.assert_ended(&what, fault_at, settings.ttl, &cgroups)
+        .await;
+    assert!(
+        node.log().contains(&format!("hook containment: {mode}")),
+        "the mode is logged at start: {}",
+        node.log()
+    );
+}
+
+macro_rules! escape_tests {
+    ($($name:ident: $escape:ident, $ending:ident, $mode:literal;)*) => {$(
+        #[tokio::test(flavor = "multi_thread")]
+        async fn $name() {
+            escaped_leader_work_ends_with_its_fence(Escape::$escape, Ending::$ending, $mode).await
+        }
+    )*};
+}
+
+escape_tests! {
+    timeout_dies_with_a_killed_daemon_subreaper: Timeout, DaemonKilled, "subreaper";
+    timeout_dies_with_a_lost_lease_cgroup: Timeout, LeaseLost, "cgroup";
+    setsid_dies_with_a_killed_daemon_cgroup: Setsid, DaemonKilled, "cgroup";
+    setsid_dies_with_a_lost_lease_subreaper: Setsid, LeaseLost, "subreaper";
+    daemonized_dies_with_a_killed_daemon_subreaper: Daemonize, DaemonKilled, "subreaper";
+    daemonized_dies_with_a_lost_lease_cgroup: Daemonize, LeaseLost, "cgroup";
 }

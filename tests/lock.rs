@@ -5,6 +5,7 @@
 #[macro_use]
 mod common;
 
+use common::escape::{Ending, Escape, Heartbeat, MARK};
 use common::proxy::{Mode, Proxy};
 use common::{Backend, TestDb, leaderd, lines_of, now_ns, script, unique};
 use nix::sys::signal::Signal;
@@ -92,6 +93,17 @@ impl Setup {
 
     /// `leaderd lock ARGS NAME -- COMMAND…` against `url`, stderr to lock-N.err.
     fn lock(&self, url: &str, args: &[&str], command: &[&str]) -> Child {
+        self.lock_with_env(url, args, command, &[])
+    }
+
+    /// [`Setup::lock`] with extra environment variables for leaderd (and so COMMAND).
+    fn lock_with_env(
+        &self,
+        url: &str,
+        args: &[&str],
+        command: &[&str],
+        env: &[(&str, &str)],
+    ) -> Child {
         let stderr = std::fs::File::create(self.db.dir.join(unique("lock") + ".err")).unwrap();
         Command::new(env!("CARGO_BIN_EXE_leaderd"))
             .arg("lock")
@@ -102,6 +114,7 @@ impl Setup {
             .current_dir(&self.db.dir)
             .env("LEADERD_DATABASE__URL", url)
             .env("RECORD_DIR", &self.db.dir)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -408,6 +421,71 @@ async fn a_command_run_from_a_terminal_can_read_it() {
         .unwrap();
     assert_eq!(exit_code(&mut script, Duration::from_secs(5)).await, 4);
     assert!(output.contains("got hello"), "{output:?}");
+}
+
+/// A command whose loop leaves the guard's process group (`escape`) still ends with the
+/// lock: when `leaderd lock` is SIGKILLed, and when the lock is lost while it lives (it
+/// exits 76), in containment `mode` (given by the environment).
+async fn an_escaped_command_ends_with_the_lock(escape: Escape, ending: Ending, mode: &str) {
+    let setup = Setup::new(Backend::Postgres);
+    let beat = Heartbeat::new(&setup.db.dir);
+    let proxy = Proxy::start(setup.db.server_addr()).await;
+    let url = match ending {
+        Ending::DaemonKilled => setup.db.url.clone(),
+        Ending::LeaseLost => setup.db.url_via(proxy.addr),
+    };
+    let argv = beat.argv(escape);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let ttl = Duration::from_millis(1200);
+    let mut lock = setup.lock_with_env(
+        &url,
+        &["--ttl", "1200ms", "--verbose"],
+        &argv,
+        &[(MARK, &beat.marker), ("LEADERD_HOOKS__CONTAINMENT", mode)],
+    );
+    beat.wait_beating(Duration::from_secs(20)).await;
+    let cgroups = beat.check_held(mode);
+    let fault_at = now_ns();
+    match ending {
+        Ending::DaemonKilled => {
+            lock.start_kill().unwrap();
+            lock.wait().await.unwrap();
+        }
+        Ending::LeaseLost => {
+            proxy.set(Mode::Stall);
+            assert_eq!(
+                exit_code(&mut lock, Duration::from_secs(10)).await,
+                LOST,
+                "{}",
+                setup.stderr()
+            );
+        }
+    }
+    let what = format!("leaderd lock, {escape:?}, {ending:?}, {mode}");
+    beat.assert_ended(&what, fault_at, ttl, &cgroups).await;
+    let stderr = setup.stderr();
+    assert!(
+        stderr.contains(&format!("hook containment: {mode}")),
+        "the mode is logged at start: {stderr}"
+    );
+}
+
+macro_rules! escape_tests {
+    ($($name:ident: $escape:ident, $ending:ident, $mode:literal;)*) => {$(
+        #[tokio::test(flavor = "multi_thread")]
+        async fn $name() {
+            an_escaped_command_ends_with_the_lock(Escape::$escape, Ending::$ending, $mode).await
+        }
+    )*};
+}
+
+escape_tests! {
+    timeout_dies_with_a_killed_lock_cgroup: Timeout, DaemonKilled, "cgroup";
+    timeout_dies_with_a_lost_lock_subreaper: Timeout, LeaseLost, "subreaper";
+    setsid_dies_with_a_killed_lock_subreaper: Setsid, DaemonKilled, "subreaper";
+    setsid_dies_with_a_lost_lock_cgroup: Setsid, LeaseLost, "cgroup";
+    daemonized_dies_with_a_killed_lock_cgroup: Daemonize, DaemonKilled, "cgroup";
+    daemonized_dies_with_a_lost_lock_subreaper: Daemonize, LeaseLost, "subreaper";
 }
 
 backend_tests!(postgres = Backend::Postgres =>

@@ -18,6 +18,7 @@ macro_rules! backend_tests {
     };
 }
 
+pub mod escape;
 pub mod proxy;
 pub mod records;
 
