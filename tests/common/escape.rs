@@ -53,8 +53,9 @@ impl Heartbeat {
     /// The command: the loop escaping as `escape` says, while the main process stays (so
     /// that what ends the work is the fence, not its main process exiting).
     pub fn argv(&self, escape: Escape) -> Vec<String> {
+        // Deaf to SIGTERM: what stops it is the kill at the fence.
         let beat = format!(
-            "while :; do date +%s%N >> {}; sleep 0.01; done",
+            "trap : TERM; while :; do date +%s%N >> {}; sleep 0.01; done",
             self.path.display()
         );
         let shell = |script: String| vec!["sh".to_owned(), "-c".to_owned(), script];
@@ -135,32 +136,34 @@ impl Heartbeat {
         cgroups
     }
 
-    /// Asserts that the work ended with `ending` at `fault_at` (wall clock ns), under a
-    /// lease of `ttl`: no beat later than 1 s after the lease could last, none in the
+    /// Asserts that the work ended with the fault at `fault_at` (wall clock ns), under a
+    /// lease that ended by `lease_end`: no beat later than 1 s after that, none in the
     /// following second, no marked process left, and `cgroups` removed.
     pub async fn assert_ended(
         &self,
         what: &str,
         fault_at: u128,
-        ttl: Duration,
+        lease_end: u128,
         cgroups: &[String],
     ) {
-        let lease_over = fault_at + ttl.as_nanos();
-        let wait = (lease_over + 200_000_000).saturating_sub(now_ns());
+        let wait = (lease_end + 200_000_000).saturating_sub(now_ns());
         tokio::time::sleep(Duration::from_nanos(wait as u64)).await;
         let count = self.beats().len();
         tokio::time::sleep(Duration::from_secs(1)).await;
         let beats = self.beats();
         let last = *beats.iter().max().expect("it beat");
         let after = beats.iter().filter(|&&at| at > fault_at).count();
+        let ms = |from: u128| (last as f64 - from as f64) / 1e6;
         eprintln!(
-            "[measured] {what}: last heartbeat {:.1} ms after the fault, {after} beats after it",
-            (last as f64 - fault_at as f64) / 1e6
+            "[measured] {what}: last heartbeat {:.1} ms after the fault and {:.1} ms after \
+             the lease's end; {after} beats after the fault",
+            ms(fault_at),
+            ms(lease_end)
         );
         assert!(
-            last < lease_over + 1_000_000_000,
-            "{what}: beat {} ms after the fault, past the lease (ttl {ttl:?}) and a second",
-            (last - fault_at) / 1_000_000
+            last < lease_end + 1_000_000_000,
+            "{what}: beat {:.0} ms after the lease's end",
+            ms(lease_end)
         );
         assert_eq!(beats.len(), count, "{what}: still beating");
         let left = self.processes();
