@@ -364,6 +364,8 @@ pub fn sweep(cgroup: Option<&HookCgroup>) {
     }
     let me = Pid::this();
     let give_up = Instant::now() + SWEEP_GIVE_UP;
+    // Processes of another user (sudo): only a cgroup can end those.
+    let mut forbidden: HashSet<i32> = HashSet::new();
     loop {
         reap_exited();
         // Freeze first: a stopped process forks no more, so the set can be completed.
@@ -371,14 +373,25 @@ pub fn sweep(cgroup: Option<&HookCgroup>) {
         loop {
             let new: Vec<Proc> = descendants(me)
                 .into_iter()
-                .filter(|p| !frozen.contains(&p.pid))
+                .filter(|p| !frozen.contains(&p.pid) && !forbidden.contains(&p.pid))
                 .collect();
             if new.is_empty() {
                 break;
             }
             for process in new {
-                let _ = kill(Pid::from_raw(process.pid), Signal::SIGSTOP);
-                frozen.insert(process.pid);
+                match kill(Pid::from_raw(process.pid), Signal::SIGSTOP) {
+                    Err(Errno::EPERM) => {
+                        eprintln!(
+                            "leaderd hook-guard: not allowed to kill process {} (another \
+                             user's); only hooks.containment = \"cgroup\" can",
+                            process.pid
+                        );
+                        forbidden.insert(process.pid);
+                    }
+                    _ => {
+                        frozen.insert(process.pid);
+                    }
+                }
             }
         }
         if frozen.is_empty() {

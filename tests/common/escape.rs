@@ -180,7 +180,7 @@ impl Heartbeat {
 }
 
 /// Where the cgroup2 hierarchy is mounted.
-fn cgroup2_mount() -> String {
+pub fn cgroup2_mount() -> String {
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     mounts
         .lines()
