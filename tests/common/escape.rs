@@ -15,6 +15,8 @@ pub enum Escape {
     Setsid,
     /// A daemon's double fork: setsid, fork, and the parent exits; the loop is an orphan.
     Daemonize,
+    /// `setsid -f`, and the main process exits 0.3 s later, leaving the loop behind.
+    LeftBehind,
 }
 
 /// How the leadership (or the lock) the work ran under ends.
@@ -39,7 +41,10 @@ pub struct Heartbeat {
 #[derive(Debug)]
 pub struct Marked {
     pub pid: i32,
+    pub ppid: i32,
     pub cgroup: String,
+    /// The command line, arguments joined by spaces.
+    pub cmdline: String,
 }
 
 impl Heartbeat {
@@ -51,7 +56,8 @@ impl Heartbeat {
     }
 
     /// The command: the loop escaping as `escape` says, while the main process stays (so
-    /// that what ends the work is the fence, not its main process exiting).
+    /// that what ends the work is the fence, not its main process exiting), except for
+    /// [`Escape::LeftBehind`].
     pub fn argv(&self, escape: Escape) -> Vec<String> {
         // Deaf to SIGTERM: what stops it is the kill at the fence.
         let beat = format!(
@@ -69,10 +75,34 @@ impl Heartbeat {
             Escape::Daemonize => shell(format!(
                 "setsid sh -c 'sh -c \"{beat}\" &' & exec sleep 3600"
             )),
+            Escape::LeftBehind => shell(format!("setsid -f sh -c '{beat}'; sleep 0.3")),
         }
     }
 
-    fn beats(&self) -> Vec<u128> {
+    /// A `[hooks.HOOK]` table running [`Heartbeat::argv`] with the marker set.
+    pub fn hook_table(&self, hook: &str, escape: Escape) -> String {
+        format!(
+            "[hooks.{hook}]\ncommand = {}\nenv = {{ {MARK} = \"{}\" }}\n",
+            serde_json::to_string(&self.argv(escape)).unwrap(),
+            self.marker
+        )
+    }
+
+    /// The heartbeat loops running now (not counting a loop's child between fork and
+    /// exec, which has the same command line).
+    pub fn loops(&self) -> usize {
+        let loops: Vec<Marked> = self
+            .processes()
+            .into_iter()
+            .filter(|p| p.cmdline.starts_with("sh -c trap : TERM; while"))
+            .collect();
+        loops
+            .iter()
+            .filter(|p| !loops.iter().any(|parent| parent.pid == p.ppid))
+            .count()
+    }
+
+    pub fn beats(&self) -> Vec<u128> {
         std::fs::read_to_string(&self.path)
             .unwrap_or_default()
             .lines()
@@ -100,7 +130,8 @@ impl Heartbeat {
             .filter_map(|entry| {
                 let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
                 let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-                if stat.rsplit_once(") ")?.1.starts_with('Z') {
+                let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split(' ').collect();
+                if fields[0] == "Z" {
                     return None;
                 }
                 let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
@@ -109,6 +140,10 @@ impl Heartbeat {
                     .any(|var| var == wanted.as_bytes())
                     .then(|| Marked {
                         pid,
+                        ppid: fields[1].parse().unwrap_or_default(),
+                        cmdline: std::fs::read(format!("/proc/{pid}/cmdline"))
+                            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+                            .unwrap_or_default(),
                         cgroup: std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
                             .unwrap_or_default()
                             .lines()
