@@ -222,7 +222,12 @@ impl HookCgroup {
 
     /// Kills everything in the cgroup, at once: a process forking meanwhile cannot escape.
     pub fn kill(&self) {
-        kill_cgroup(&self.dir);
+        if let Err(error) = kill_cgroup(&self.dir) {
+            eprintln!(
+                "leaderd hook-guard: cannot write {}/cgroup.kill: {error}",
+                self.dir.display()
+            );
+        }
     }
 
     /// Removes the cgroup once empty (waits for the kernel to see it so).
@@ -247,16 +252,12 @@ impl HookCgroup {
 /// How long killed processes get to leave their cgroup (and the guard's tree).
 const CGROUP_EMPTY_WITHIN: Duration = Duration::from_secs(5);
 
-/// Writes `cgroup.kill` of `dir`, if it exists: for leaderd when a guard died before it
-/// could (killed itself, say).
-pub fn kill_cgroup(dir: &Path) {
+/// Writes `cgroup.kill` of `dir`, if the cgroup exists (leaderd does, when a guard died
+/// before it could).
+pub fn kill_cgroup(dir: &Path) -> std::io::Result<()> {
     match std::fs::write(dir.join("cgroup.kill"), b"1") {
-        Ok(()) => {}
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) => eprintln!(
-            "leaderd: cannot write {}/cgroup.kill: {error}",
-            dir.display()
-        ),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        written => written,
     }
 }
 

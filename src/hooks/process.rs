@@ -184,7 +184,10 @@ impl HookProcess {
         // is left in its group or cgroup.
         let _ = killpg(self.group, Signal::SIGKILL);
         if let Some(parent) = &self.cgroup_parent {
-            containment::kill_cgroup(&HookCgroup::path(parent, self.group));
+            let cgroup = HookCgroup::path(parent, self.group);
+            if let Err(error) = containment::kill_cgroup(&cgroup) {
+                warn!(cgroup = %cgroup.display(), %error, "cannot kill what is left of a hook");
+            }
         }
     }
 
