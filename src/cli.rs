@@ -93,7 +93,7 @@ enum Command {
     },
     /// Validate the configuration and print it, secrets redacted.
     CheckConfig,
-    /// Internal: runs one hook and kills its process group if leaderd dies.
+    /// Internal: runs one hook and kills all it started if leaderd dies.
     #[command(name = "hook-guard", hide = true)]
     HookGuard {
         daemon_pid: i32,
@@ -109,6 +109,9 @@ enum Command {
         /// deadline from stdin (one line of JSON), then fence deadlines as usual.
         #[arg(long, conflicts_with_all = ["fence_until", "argv"])]
         await_command: bool,
+        /// Run a fenced hook in a cgroup of its own, created in this cgroup directory.
+        #[arg(long, value_name = "DIR")]
+        cgroup_parent: Option<PathBuf>,
         #[arg(last = true, required_unless_present = "await_command")]
         argv: Vec<String>,
     },
@@ -122,6 +125,7 @@ pub fn main() -> ExitCode {
         fence_until,
         fence_fd,
         await_command,
+        cgroup_parent,
         argv,
     } = &cli.command
     {
@@ -135,7 +139,7 @@ pub fn main() -> ExitCode {
                 }),
             },
         };
-        return hooks::guard::run(*daemon_pid, start);
+        return hooks::guard::run(*daemon_pid, start, cgroup_parent.clone());
     }
     let id = match &cli.command {
         Command::Run { id } => id.as_deref(),
@@ -194,7 +198,10 @@ pub fn main() -> ExitCode {
             eprintln!("leaderd: {error:#}");
             if error.chain().any(|e| e.is::<StoreError>()) {
                 ExitCode::from(EXIT_UNAVAILABLE)
-            } else if error.chain().any(|e| e.is::<ConfigError>()) {
+            } else if error
+                .chain()
+                .any(|e| e.is::<ConfigError>() || e.is::<hooks::ContainmentError>())
+            {
                 ExitCode::from(EXIT_CONFIG)
             } else {
                 ExitCode::FAILURE
@@ -275,6 +282,8 @@ async fn lock(
     wait: Option<std::time::Duration>,
     argv: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
+    // Before the lock is taken: a "cgroup" that cannot be had fails without holding it.
+    let containment = hooks::resolve_containment(config.hooks.containment)?;
     // Installed first: a signal while waiting ends the wait, and later ones reach COMMAND.
     let mut signals = signals::forwarded_signals().context("cannot install signal handlers")?;
     // Unique per invocation: two `leaderd lock` on one host are two holders. Ids are at
@@ -343,6 +352,7 @@ async fn lock(
         interval: renew_every,
         ttl,
         metrics: None,
+        containment,
     };
     let term = guard.term();
     let program = argv[0].clone();

@@ -421,6 +421,7 @@ impl Config {
         let hooks = &self.hooks;
         let mut table = toml::Table::new();
         table.insert("shutdown_timeout".into(), d(hooks.shutdown_timeout));
+        table.insert("containment".into(), hooks.containment.as_str().into());
         for (name, hook) in [
             ("on_elected", &hooks.on_elected),
             ("on_demoted", &hooks.on_demoted),
@@ -597,6 +598,11 @@ mod tests {
         .unwrap();
         assert_eq!(c.ttl, Duration::from_secs(5));
         assert!(!c.migrate);
+        let c = load("", &[("LEADERD_HOOKS__CONTAINMENT", "subreaper")]).unwrap();
+        assert_eq!(
+            c.hooks.containment,
+            crate::hooks::ContainmentMode::Subreaper
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::election::{Election, ElectionSettings, Status};
-use crate::hooks::{HookContext, Hooks};
+use crate::hooks::{self, HookContext, Hooks};
 use crate::logging::LogLevel;
 use crate::metrics::Metrics;
 use crate::store::{SqlStore, Timeouts};
@@ -83,6 +83,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         interval: config.interval,
         ttl: config.ttl,
         metrics: Some(metrics.clone()),
+        containment: hooks::resolve_containment(config.hooks.containment)?,
     };
     // Always running, so that a reload can add hooks to a node that had none.
     let events = election.events();
@@ -167,6 +168,10 @@ fn reload(
                 ("database.migrate", old.migrate != new.migrate),
                 ("status.path", old.status_path != new.status_path),
                 ("http.listen", old.http_listen != new.http_listen),
+                (
+                    "hooks.containment",
+                    old.hooks.containment != new.hooks.containment,
+                ),
             ];
             for (key, _) in needs_restart.iter().filter(|(_, changed)| *changed) {
                 warn!(
@@ -183,7 +188,10 @@ fn reload(
                     Err(why) => warn!("log level not reloaded: {why}"),
                 }
             }
+            // The containment stays what it was at start (warned above if it changed).
+            let containment = running.hooks.containment;
             running.hooks = new.hooks;
+            running.hooks.containment = containment;
             running.log_level = new.log_level;
             info!("configuration reloaded");
         }

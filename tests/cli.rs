@@ -1,6 +1,6 @@
 //! The command line as users and scripts meet it: configuration errors and their exit
-//! status, redaction, `status` and `migrate` on every backend, and a database that is
-//! unreachable when the daemon starts.
+//! status, redaction, `status` and `migrate` on every backend, a database that is
+//! unreachable when the daemon starts, and hook containment without a cgroup.
 
 #[macro_use]
 mod common;
@@ -243,4 +243,46 @@ async fn json_logs_carry_role_changes_and_never_the_password() {
     assert_eq!(elected["term"], 1);
     assert_eq!(elected["leader"], "json-node");
     assert!(lines.iter().any(|l| l["message"] == "released the lease"));
+}
+
+/// Where the cgroup tree is read-only (as in most containers), `hooks.containment =
+/// "cgroup"` stops leaderd at start (78, saying why), and "auto" logs that it holds hooks
+/// as a subreaper. `unshare` gives the command a mount namespace of its own to do that in.
+#[test]
+fn without_a_writable_cgroup_cgroup_containment_is_refused_and_auto_falls_back() {
+    let db = TestDb::new(Backend::Sqlite);
+    let read_only = format!(
+        "mount -o remount,bind,ro {} && exec \"$@\"",
+        common::escape::cgroup2_mount()
+    );
+    let lock = |mode: &str| {
+        std::process::Command::new("unshare")
+            .args(["-m", "sh", "-c", &read_only, "sh"])
+            .arg(env!("CARGO_BIN_EXE_leaderd"))
+            .args(["lock", "-v", "containment", "--", "true"])
+            .env("LEADERD_DATABASE__URL", &db.url)
+            .env("LEADERD_HOOKS__CONTAINMENT", mode)
+            .output()
+            .expect("unshare (util-linux) runs")
+    };
+    let refused = lock("cgroup");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains("hooks.containment = \"cgroup\", but leaderd has no cgroup v2")
+            && stderr.contains("Read-only file system"),
+        "{stderr}"
+    );
+    let fell_back = lock("auto");
+    let stderr = String::from_utf8_lossy(&fell_back.stderr);
+    assert_eq!(fell_back.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr.matches("hook containment: subreaper").count(),
+        1,
+        "logged once, with the reason: {stderr}"
+    );
+    assert!(
+        stderr.contains("no cgroup: cannot create a cgroup in"),
+        "{stderr}"
+    );
 }

@@ -4,6 +4,7 @@
 #[macro_use]
 mod common;
 
+use common::escape::{Ending, Escape, Heartbeat};
 use common::proxy::{Mode, Proxy};
 use common::records::{Record, check_no_overlap, hooks_config, records, runs, start};
 use common::{
@@ -684,4 +685,109 @@ leader_command = ["yes", "flooding the log"]
         "the flood is rate-limited in the log"
     );
     assert!(log.len() < 5_000_000, "log grew to {} bytes", log.len());
+}
+
+/// A leader_command whose loop leaves the guard's process group (`escape`) still ends with
+/// its fence, when its daemon is SIGKILLed and when its lease is lost while the daemon
+/// lives, in containment `mode` (given by the environment).
+async fn escaped_leader_work_ends_with_its_fence(escape: Escape, ending: Ending, mode: &str) {
+    let db = TestDb::new(Backend::Postgres);
+    let beat = Heartbeat::new(&db.dir);
+    let settings = hooks_config(&db, &beat.hook_table("leader_command", escape));
+    let proxy = Proxy::start(db.server_addr()).await;
+    let url = match ending {
+        Ending::DaemonKilled => db.url.clone(),
+        Ending::LeaseLost => db.url_via(proxy.addr),
+    };
+    let node = Node::start_with_env(
+        &db,
+        &settings,
+        "a",
+        &url,
+        &[("LEADERD_HOOKS__CONTAINMENT", mode)],
+    );
+    beat.wait_beating(SETTLE).await;
+    let cgroups = beat.check_held(mode);
+    let fault_at = now_ns();
+    match ending {
+        Ending::DaemonKilled => node.signal(Signal::SIGKILL),
+        Ending::LeaseLost => proxy.set(Mode::Stall),
+    }
+    let what = format!("leader_command, {escape:?}, {ending:?}, {mode}");
+    // The leader's local lease deadline as its last renewal set it: final once the daemon
+    // is dead, or once its status says it no longer leads.
+    let mut valid_until = std::time::UNIX_EPOCH;
+    let watching = std::time::Instant::now();
+    while let Some(status) = node.status().filter(StatusFile::is_leader) {
+        valid_until = valid_until.max(status.valid_until);
+        if matches!(ending, Ending::DaemonKilled) || watching.elapsed() > SETTLE {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let lease_end = valid_until
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    beat.assert_ended(&what, fault_at, lease_end, &cgroups)
+        .await;
+    let log = node.log();
+    assert_eq!(
+        log.matches(&format!("hook containment: {mode}")).count(),
+        1,
+        "the mode is logged once, at start: {log}"
+    );
+}
+
+escape_tests!(
+    escaped_leader_work_ends_with_its_fence,
+    "subreaper",
+    "cgroup"
+);
+
+/// A leader-scoped hook that exits leaves nothing running behind it, while the node still
+/// leads: what `on_elected` detached (`setsid -f`) goes with it, and so does what each
+/// `while_leader` run (one a second) detached, so that such loops never pile up.
+async fn a_fenced_hook_leaves_nothing_behind(hook: &str, mode: &str) {
+    let db = TestDb::new(Backend::Sqlite);
+    let beat = Heartbeat::new(&db.dir);
+    let settings = hooks_config(&db, &beat.hook_table(hook, Escape::LeftBehind));
+    let node = Node::start_with_env(
+        &db,
+        &settings,
+        "a",
+        &db.url,
+        &[("LEADERD_HOOKS__CONTAINMENT", mode)],
+    );
+    beat.wait_beating(SETTLE).await;
+    // Each run's main process exits 0.3 s after it started its loop.
+    let mut most = 0;
+    for _ in 0..50 {
+        most = most.max(beat.loops());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(most, 1, "{hook}'s loops outlived their runs");
+    if hook == "on_elected" {
+        let count = beat.beats().len();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            beat.beats().len(),
+            count,
+            "{hook}'s loop beats on after it exited"
+        );
+        let left = beat.processes();
+        assert!(left.is_empty(), "{hook} left processes behind: {left:?}");
+    }
+    let status = node.status().unwrap();
+    assert!(status.is_leader() && status.term == Some(1), "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_elected_leaves_nothing_behind_cgroup() {
+    a_fenced_hook_leaves_nothing_behind("on_elected", "cgroup").await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn while_leader_leaves_nothing_behind_subreaper() {
+    a_fenced_hook_leaves_nothing_behind("while_leader", "subreaper").await
 }

@@ -327,6 +327,8 @@ fn the_systemd_unit_passes_systemd_analyze_verify() {
     .unwrap();
     assert!(unit.contains("Type=notify") && unit.contains("WatchdogSec="));
     assert!(unit.contains("ExecReload=/bin/kill -HUP $MAINPID"));
+    // Hooks get cgroups of their own: delegated, and not made read-only.
+    assert!(unit.contains("\nDelegate=yes\n") && !unit.contains("\nProtectControlGroups=yes"));
     // The installed path does not exist here: point the unit at the binary under test.
     let dir = tempdir("unit");
     let path = dir.join("leaderd.service");

@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::containment::ContainmentMode;
+
 /// Bound on one event hook (or one `while_leader` run) unless it sets `timeout`.
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(30);
 /// Time a `leader_command` gets between SIGTERM and SIGKILL on a clean step-down.
@@ -17,6 +19,7 @@ pub const HOOK_KEYS: &[&str] = &[
     "while_leader",
     "leader_command",
     "shutdown_timeout",
+    "containment",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +73,8 @@ pub struct HooksConfig {
     pub while_leader: Option<HookCommand>,
     pub leader_command: Option<LeaderCommand>,
     pub shutdown_timeout: Duration,
+    /// How fenced hooks are held; read at start only.
+    pub containment: ContainmentMode,
 }
 
 impl Default for HooksConfig {
@@ -81,6 +86,7 @@ impl Default for HooksConfig {
             while_leader: None,
             leader_command: None,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            containment: ContainmentMode::default(),
         }
     }
 }
@@ -116,8 +122,22 @@ impl HooksConfig {
                 .map(|v| duration("hooks.shutdown_timeout", v))
                 .transpose()?
                 .unwrap_or(DEFAULT_SHUTDOWN_TIMEOUT),
+            containment: table
+                .get("containment")
+                .map(|v| containment("hooks.containment", v))
+                .transpose()?
+                .unwrap_or_default(),
         })
     }
+}
+
+fn containment(key: &str, value: &config::Value) -> Result<ContainmentMode, HookConfigError> {
+    value
+        .clone()
+        .into_string()
+        .ok()
+        .and_then(|text| ContainmentMode::parse(text.trim()))
+        .ok_or_else(|| error(key, value, format!("must be {}", ContainmentMode::CHOICES)))
 }
 
 fn argv(key: &str, value: &config::Value) -> Result<Vec<String>, HookConfigError> {
@@ -328,6 +348,9 @@ step_down_on_exit = true
         assert_eq!(command.stop_timeout, DEFAULT_STOP_TIMEOUT);
         assert_eq!(hooks.shutdown_timeout, Duration::from_secs(20));
         assert!(hooks.while_leader.is_none());
+        assert_eq!(hooks.containment, ContainmentMode::Auto);
+        let hooks = parse("[hooks]\ncontainment = \"subreaper\"\n").unwrap();
+        assert_eq!(hooks.containment, ContainmentMode::Subreaper);
     }
 
     #[test]
@@ -349,6 +372,12 @@ step_down_on_exit = true
         );
         let e = parse("[hooks.while_leader]\ncommand = []\n").unwrap_err();
         assert!(e.to_string().contains("needs at least a program"), "{e}");
+        let e = parse("[hooks]\ncontainment = \"cgroups\"\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("hooks.containment = cgroups: must be \"auto\""),
+            "{e}"
+        );
         let e = parse("[hooks.on_elected]\ncommand = [\"x\"]\ntimeout = \"soon\"\n").unwrap_err();
         assert!(
             e.to_string().starts_with("hooks.on_elected.timeout = "),

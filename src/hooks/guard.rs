@@ -3,13 +3,23 @@
 //! leaderd starts `leaderd hook-guard <daemon pid> -- ARGV…` as the leader of a new process
 //! group; the guard runs ARGV in that group and exits with its status. Its one job is the
 //! case leaderd cannot handle itself: when leaderd dies (even by SIGKILL), the kernel sends
-//! the guard SIGUSR1 (PR_SET_PDEATHSIG) and the guard kills the whole group, grandchildren
-//! included, so no leader-only work outlives the daemon whose lease it ran under.
+//! the guard SIGUSR1 (PR_SET_PDEATHSIG) and the guard kills everything the hook started,
+//! grandchildren included, so no leader-only work outlives the daemon whose lease it ran
+//! under.
+//!
+//! "Everything" is more than the process group, which `timeout`, `setsid` and daemonizing
+//! programs leave: the guard is a child subreaper, and for fenced hooks it may hold a
+//! cgroup too (see [`super::containment`]). Its kill is a sweep of all that, after which it
+//! kills itself with SIGKILL, as leaderd expects of a hook it had killed. leaderd therefore
+//! never SIGKILLs the group while the guard lives (that would kill the guard before its
+//! sweep): it sends the guard SIGUSR2 instead. A SIGTERM to the group is passed on to the
+//! hook's processes outside it, once each.
 //!
 //! For leader-scoped hooks (`--fence-until=NS`) the guard also enforces the lease on its
 //! own: it starts nothing once NS (CLOCK_BOOTTIME nanoseconds) has passed, leaderd writes
 //! each newer kill deadline to a pipe on the guard's fence descriptor (one per line), and
-//! the guard kills the group when the latest deadline passes, or when the pipe closes. The
+//! the guard kills the hook when the latest deadline passes, when the pipe closes, or when
+//! the hook's main process exits (whatever it left behind goes with it). The
 //! fence descriptor is 3, and the program gets the guard's stdin, stdout and stderr as
 //! they are; or, for hooks whose stdin is /dev/null anyway, it is stdin (`--fence-fd=0`),
 //! which leaderd can set up without running code in the forked child, so it starts the
@@ -27,17 +37,27 @@
 //! foreground: the guard's group is a background group otherwise, and the program would be
 //! stopped the moment it read from the terminal. The terminal goes back to leaderd after.
 
+use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::{getpgrp, getppid};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1};
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::wait::{WaitStatus, waitpid};
+use nix::unistd::{Pid, getpgrp, getppid};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::OnceLock;
+
+use super::containment::{self, HookCgroup};
 
 pub const SUBCOMMAND: &str = "hook-guard";
 /// The guard's descriptor for the fence pipe, unless it is stdin.
 pub const FENCE_FD: i32 = 3;
+/// What leaderd sends the guard to have the hook killed, everything it started included.
+pub const KILL_SIGNAL: Signal = Signal::SIGUSR2;
+
+/// The fenced hook's cgroup, once created (cgroup mode): whoever kills needs it.
+static HOOK_CGROUP: OnceLock<HookCgroup> = OnceLock::new();
 
 /// What a guard started ahead of time (`--await-command`) reads as the first line of its
 /// stdin, as JSON; fence deadlines follow on the same pipe.
@@ -69,7 +89,9 @@ pub enum Start {
     Await,
 }
 
-pub fn run(daemon_pid: i32, start: Start) -> ExitCode {
+/// Runs the hook described by `start`; fenced hooks get a cgroup of their own under
+/// `cgroup_parent` if given (cgroup mode).
+pub fn run(daemon_pid: i32, start: Start, cgroup_parent: Option<PathBuf>) -> ExitCode {
     let group = getpgrp();
     if let Err(error) = nix::sys::prctl::set_pdeathsig(Signal::SIGUSR1) {
         eprintln!("leaderd hook-guard: cannot watch the daemon: {error}");
@@ -80,21 +102,29 @@ pub fn run(daemon_pid: i32, start: Start) -> ExitCode {
         let _ = killpg(group, Signal::SIGKILL);
         return ExitCode::from(126);
     }
+    if let Err(error) = containment::become_subreaper() {
+        eprintln!("leaderd hook-guard: cannot become a subreaper: {error}");
+        return ExitCode::from(126);
+    }
     // Handled, not ignored: the program started below gets default dispositions back on
     // exec. Signals the daemon sends to the group reach that program directly; the guard
     // stays until it has exited.
-    let mut signals =
-        match signal_hook::iterator::Signals::new([SIGUSR1, SIGTERM, SIGINT, SIGHUP, SIGQUIT]) {
-            Ok(signals) => signals,
-            Err(error) => {
-                eprintln!("leaderd hook-guard: cannot handle signals: {error}");
-                return ExitCode::from(126);
-            }
-        };
+    let mut signals = match signal_hook::iterator::Signals::new([
+        SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP, SIGQUIT,
+    ]) {
+        Ok(signals) => signals,
+        Err(error) => {
+            eprintln!("leaderd hook-guard: cannot handle signals: {error}");
+            return ExitCode::from(126);
+        }
+    };
     std::thread::spawn(move || {
+        let mut termed = std::collections::HashSet::new();
         for signal in signals.forever() {
-            if signal == SIGUSR1 {
-                let _ = killpg(group, Signal::SIGKILL);
+            match signal {
+                SIGUSR1 | SIGUSR2 => kill_hook_and_die(),
+                SIGTERM => containment::forward_term(group, &mut termed),
+                _ => {}
             }
         }
     });
@@ -143,6 +173,7 @@ pub fn run(daemon_pid: i32, start: Start) -> ExitCode {
     };
     let mut command = std::process::Command::new(program);
     command.args(args).envs(env);
+    let fenced = fence.is_some();
     if let Some((until, fd, pipe)) = fence {
         if fd == 0 {
             command.stdin(std::process::Stdio::null());
@@ -151,31 +182,79 @@ pub fn run(daemon_pid: i32, start: Start) -> ExitCode {
             eprintln!("leaderd hook-guard: the lease ended before the hook could start");
             return ExitCode::from(125);
         }
-        watch_fence(group, until, pipe);
+        if let Some(parent) = cgroup_parent {
+            match HookCgroup::create(&parent) {
+                Ok(cgroup) => {
+                    use std::os::unix::process::CommandExt;
+                    // SAFETY: the closure only writes to descriptors (async-signal-safe).
+                    unsafe { command.pre_exec(cgroup.join_in_child()) };
+                    let _ = HOOK_CGROUP.set(cgroup);
+                }
+                Err(error) => eprintln!(
+                    "leaderd hook-guard: cannot create a cgroup for the hook in {} ({error}); \
+                     holding it as a subreaper only",
+                    parent.display()
+                ),
+            }
+        }
+        watch_fence(until, pipe);
     }
     let terminal = take_terminal(group);
-    let mut child = match command.spawn() {
+    let child = match command.spawn() {
         Ok(child) => child,
         Err(error) => {
             eprintln!("leaderd hook-guard: cannot run {program:?}: {error}");
+            if let Some(cgroup) = HOOK_CGROUP.get() {
+                cgroup.remove();
+            }
             return ExitCode::from(127);
         }
     };
-    let waited = child.wait();
+    let status = wait_reaping(Pid::from_raw(child.id() as i32));
     if terminal {
         give_terminal_back(daemon_pid);
     }
-    match waited {
-        Ok(status) => match (status.code(), status.signal()) {
-            (Some(code), _) => ExitCode::from(code as u8),
-            (None, Some(signal)) => {
-                // Die the same way, so leaderd sees the signal and not a made-up code.
-                let _ = signal_hook::low_level::emulate_default_handler(signal);
-                ExitCode::from(128 + signal as u8)
+    if fenced {
+        // Leader work ends with its main process: nothing it left behind goes on.
+        containment::sweep(HOOK_CGROUP.get());
+    }
+    match status {
+        WaitStatus::Exited(_, code) => ExitCode::from(code as u8),
+        WaitStatus::Signaled(_, signal, _) => {
+            // Die the same way, so leaderd sees the signal and not a made-up code.
+            let _ = signal_hook::low_level::emulate_default_handler(signal as i32);
+            ExitCode::from(128 + signal as u8)
+        }
+        _ => ExitCode::FAILURE,
+    }
+}
+
+/// Waits for `main` to end, reaping every orphan of the hook that ends meanwhile (they are
+/// this subreaper's children now).
+fn wait_reaping(main: Pid) -> WaitStatus {
+    loop {
+        match waitpid(None::<Pid>, None) {
+            Ok(status @ (WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, _, _)))
+                if pid == main =>
+            {
+                return status;
             }
-            _ => ExitCode::FAILURE,
-        },
-        Err(_) => ExitCode::FAILURE,
+            Ok(_) | Err(Errno::EINTR) => {}
+            // Reaped by a sweep, which ends in this process's death.
+            Err(_) => loop {
+                std::thread::park();
+            },
+        }
+    }
+}
+
+/// Kills everything the hook started, then this guard itself with SIGKILL: leaderd sees
+/// its hook "killed by signal 9", as it would have without the guard.
+fn kill_hook_and_die() -> ! {
+    containment::sweep(HOOK_CGROUP.get());
+    let _ = kill(Pid::this(), Signal::SIGKILL);
+    loop {
+        std::thread::park();
     }
 }
 
@@ -219,8 +298,8 @@ fn give_terminal_back(daemon_pid: i32) {
 /// variable's timeout runs on CLOCK_MONOTONIC, which stands still while the host sleeps.
 const FENCE_LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// Kills the group when the latest deadline read from `pipe` passes, or the pipe closes.
-fn watch_fence(group: nix::unistd::Pid, first: u64, pipe: impl std::io::BufRead + Send + 'static) {
+/// Kills the hook when the latest deadline read from `pipe` passes, or the pipe closes.
+fn watch_fence(first: u64, pipe: impl std::io::BufRead + Send + 'static) {
     use std::sync::{Arc, Condvar, Mutex};
     let deadline: Arc<(Mutex<Option<u64>>, Condvar)> =
         Arc::new((Mutex::new(Some(first)), Condvar::new()));
@@ -246,8 +325,7 @@ fn watch_fence(group: nix::unistd::Pid, first: u64, pipe: impl std::io::BufRead 
                 Some(ns) => {
                     let now = boottime_ns();
                     if now >= ns {
-                        let _ = killpg(group, Signal::SIGKILL);
-                        return;
+                        kill_hook_and_die();
                     }
                     let wait = std::time::Duration::from_nanos(ns - now).min(FENCE_LOOK_EVERY);
                     current = changed.wait_timeout(current, wait).unwrap().0;

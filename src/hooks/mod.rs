@@ -8,6 +8,7 @@
 //! database, whatever the election is doing at that moment.
 
 pub mod config;
+pub mod containment;
 pub mod guard;
 mod process;
 
@@ -22,6 +23,7 @@ use tokio::time::{Instant, sleep_until};
 use tracing::{debug, info, warn};
 
 pub use config::{HookCommand, HooksConfig, LeaderCommand, Restart};
+pub use containment::{Containment, ContainmentError, ContainmentMode};
 use process::{HookProcess, Io, WarmGuard};
 
 use crate::election::{ResignHandle, Role, RoleEvent, Status};
@@ -42,6 +44,8 @@ pub struct HookContext {
     pub ttl: Duration,
     /// Where hook runs are counted, if anywhere.
     pub metrics: Option<Metrics>,
+    /// How fenced hooks are held, as resolved at start.
+    pub containment: Containment,
 }
 
 impl HookContext {
@@ -94,6 +98,31 @@ fn fence_at(term: i64, status: &Status, kill_lead: Duration, boot_now: Duration)
         }
         _ => now,
     }
+}
+
+/// Decides how fenced hooks are held (`hooks.containment`), and says so in the log: once,
+/// at start.
+pub fn resolve_containment(mode: ContainmentMode) -> Result<Containment, ContainmentError> {
+    let (containment, no_cgroup) = Containment::resolve(mode)?;
+    match (&containment, no_cgroup) {
+        (Containment::Cgroup { parent }, _) => info!(
+            containment = containment.as_str(),
+            cgroup = %parent.display(),
+            "hook containment: cgroup (each leader-scoped hook in a cgroup of its own, ended \
+             with cgroup.kill; the guard's subreaper sweep besides)"
+        ),
+        (Containment::Subreaper, Some(reason)) => info!(
+            containment = containment.as_str(),
+            "hook containment: subreaper (the guard sweeps the hook's descendants; no \
+             cgroup: {reason})"
+        ),
+        (Containment::Subreaper, None) => info!(
+            containment = containment.as_str(),
+            "hook containment: subreaper (the guard sweeps the hook's descendants; \
+             hooks.containment = \"subreaper\")"
+        ),
+    }
+    Ok(containment)
 }
 
 /// How a run of a hook ended.
@@ -175,7 +204,14 @@ async fn run(
     };
     let spawned = match warm {
         Some(process) => Ok(process),
-        None => HookProcess::spawn(spec.hook, &spec.argv, &spec.env, first_fence, spec.io),
+        None => HookProcess::spawn(
+            spec.hook,
+            &spec.argv,
+            &spec.env,
+            first_fence,
+            spec.io,
+            &context.containment,
+        ),
     };
     let mut process = match spawned {
         Ok(process) => process,
@@ -218,7 +254,7 @@ async fn run(
             status = process.wait() => break status.ok(),
             _ = sleep_until(kill_at.unwrap_or(now)), if kill_at.is_some() && !kill_sent => {
                 process.signal(Signal::SIGTERM);
-                process.signal(Signal::SIGKILL);
+                process.kill();
                 (term_sent, kill_sent) = (true, true);
             }
             _ = sleep_until(term_at.unwrap_or(now)), if term_at.is_some() && !term_sent => {
@@ -234,8 +270,9 @@ async fn run(
         }
     };
     if spec.fence_term.is_some() {
-        // Whatever the main process left behind in its group goes with it.
-        process.signal(Signal::SIGKILL);
+        // Whatever the main process left behind goes with it (the guard has swept; this
+        // covers a guard that was killed itself).
+        process.kill();
     }
     let elapsed_ms = process.elapsed().as_millis() as u64;
     // Ended past its fence: the guard killed it (leaderd may have been frozen meanwhile).
@@ -501,7 +538,7 @@ impl Supervisor {
         if self.warm.is_some() || !self.runs_fenced_hooks() {
             return;
         }
-        match WarmGuard::start() {
+        match WarmGuard::start(&self.context.containment) {
             Ok(guard) => self.warm = Some(guard),
             // Hooks start the usual way; try again later.
             Err(error) => {

@@ -1,10 +1,11 @@
 //! One hook process: started through the guard in a process group of its own, its output
-//! forwarded to the log, signalled as a group.
+//! forwarded to the log, signalled as a group, and killed through the guard.
 
 use command_fds::{CommandFdExt, FdMapping};
 use futures_util::StreamExt;
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 use tokio::io::AsyncRead;
@@ -12,6 +13,7 @@ use tokio::time::Instant;
 use tokio_util::codec::{FramedRead, LinesCodec};
 use tracing::{info, warn};
 
+use super::containment::{self, Containment, HookCgroup};
 use super::guard;
 
 /// Longer lines are cut; a hook cannot make leaderd buffer without bound.
@@ -42,8 +44,19 @@ pub struct HookProcess {
     /// The write end of the guard's fence pipe (fenced processes only).
     fence: Option<tokio::net::unix::pipe::Sender>,
     child: tokio::process::Child,
+    /// The guard's pid, which is also its process group's id.
     group: Pid,
+    /// Where the guard makes the hook's cgroup (cgroup mode, fenced hooks).
+    cgroup_parent: Option<PathBuf>,
     pub started: Instant,
+}
+
+/// `--cgroup-parent` for a guard, in cgroup mode.
+fn cgroup_arg(containment: &Containment) -> Option<std::ffi::OsString> {
+    let parent = containment.cgroup_parent()?;
+    let mut arg = std::ffi::OsString::from("--cgroup-parent=");
+    arg.push(parent);
+    Some(arg)
 }
 
 impl HookProcess {
@@ -53,6 +66,7 @@ impl HookProcess {
         env: &[(String, String)],
         fence: Option<Instant>,
         io: Io,
+        containment: &Containment,
     ) -> Result<HookProcess, SpawnError> {
         let error = |source| SpawnError {
             hook,
@@ -65,6 +79,7 @@ impl HookProcess {
             .arg(guard::SUBCOMMAND)
             .arg(std::process::id().to_string())
             .args(fence.map(|kill| format!("--fence-until={}", boottime_at(kill))))
+            .args(fence.and_then(|_| cgroup_arg(containment)))
             .envs(env.iter().map(|(k, v)| (k, v)))
             .process_group(0);
         let (fence_reader, fence_writer) = match fence {
@@ -126,6 +141,7 @@ impl HookProcess {
             fence: fence_writer,
             child,
             group: Pid::from_raw(pid as i32),
+            cgroup_parent: fence.and(containment.cgroup_parent().map(Path::to_owned)),
             started: Instant::now(),
         })
     }
@@ -149,10 +165,30 @@ impl HookProcess {
         self.child.wait().await
     }
 
-    /// Signals every process of the hook's group, grandchildren included.
+    /// Signals every process of the hook's group, grandchildren included (the guard
+    /// passes SIGTERM on to those that left the group).
     pub fn signal(&self, signal: Signal) {
         // ESRCH: the group is already gone.
         let _ = killpg(self.group, signal);
+    }
+
+    /// Kills the hook and everything it started, in its group or not. The guard does it
+    /// and then dies by SIGKILL itself: a SIGKILL to the group would kill the guard first.
+    pub fn kill(&self) {
+        // Some until the guard has been reaped: its pid cannot have been reused.
+        if let Some(guard) = self.child.id() {
+            let _ = kill(Pid::from_raw(guard as i32), guard::KILL_SIGNAL);
+            return;
+        }
+        // The guard is gone (it swept as its hook ended, or was killed itself): whatever
+        // is left in its group or cgroup.
+        let _ = killpg(self.group, Signal::SIGKILL);
+        if let Some(parent) = &self.cgroup_parent {
+            let cgroup = HookCgroup::path(parent, self.group);
+            if let Err(error) = containment::kill_cgroup(&cgroup) {
+                warn!(cgroup = %cgroup.display(), %error, "cannot kill what is left of a hook");
+            }
+        }
     }
 
     pub fn elapsed(&self) -> Duration {
@@ -167,10 +203,11 @@ impl HookProcess {
 pub struct WarmGuard {
     fence: tokio::net::unix::pipe::Sender,
     child: tokio::process::Child,
+    cgroup_parent: Option<PathBuf>,
 }
 
 impl WarmGuard {
-    pub fn start() -> Result<WarmGuard, SpawnError> {
+    pub fn start(containment: &Containment) -> Result<WarmGuard, SpawnError> {
         let error = |source| SpawnError {
             hook: "(any fenced hook)",
             program: "leaderd hook-guard".to_owned(),
@@ -183,12 +220,17 @@ impl WarmGuard {
             .arg(guard::SUBCOMMAND)
             .arg(std::process::id().to_string())
             .arg("--await-command")
+            .args(cgroup_arg(containment))
             .process_group(0)
             .stdin(Stdio::from(reader))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let child = command.spawn().map_err(error)?;
-        Ok(WarmGuard { fence, child })
+        Ok(WarmGuard {
+            fence,
+            child,
+            cgroup_parent: containment.cgroup_parent().map(Path::to_owned),
+        })
     }
 
     /// Runs `argv` through this guard, fenced by `fence`. An error means the guard is gone
@@ -228,6 +270,7 @@ impl WarmGuard {
             fence: Some(self.fence),
             child: self.child,
             group: Pid::from_raw(pid as i32),
+            cgroup_parent: self.cgroup_parent,
             started: Instant::now(),
         })
     }
