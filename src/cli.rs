@@ -10,6 +10,7 @@ use tracing::info;
 
 use crate::config::{Config, ConfigError};
 use crate::daemon::{self, ConfigSource, store};
+use crate::election::settings::id_with_suffix;
 use crate::hooks::{self, HookContext};
 use crate::lock::{LockError, LockOptions};
 use crate::logging::{self, LogFormat};
@@ -277,11 +278,9 @@ async fn lock(
 ) -> anyhow::Result<ExitCode> {
     // Installed first: a signal while waiting ends the wait, and later ones reach COMMAND.
     let mut signals = signals::forwarded_signals().context("cannot install signal handlers")?;
-    // Unique per invocation: two `leaderd lock` on one host are two holders. Ids are at
-    // most 100 characters; a long node id gives way to the pid.
-    let pid = format!(":{}", std::process::id());
-    let node: String = config.node_id.chars().take(100 - pid.len()).collect();
-    let holder = format!("{node}{pid}");
+    // Unique per invocation: two `leaderd lock` on one host are two holders. A long node
+    // id gives way to the pid.
+    let holder = id_with_suffix(&config.node_id, &format!(":{}", std::process::id()));
     let options = match LockOptions::new(name, ttl).and_then(|o| o.holder(&holder)) {
         Ok(options) => options,
         Err(error) => {

@@ -50,7 +50,8 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         &config.node_id,
         config.ttl,
         config.interval,
-    );
+    )
+    .map_err(crate::config::ConfigError::from)?;
     let (mut election, statuses) = Election::new(settings, store(&config, config.migrate));
     let metrics = Metrics::new();
     let (rounds_completed, rounds) = watch::channel(0u64);

@@ -19,22 +19,27 @@ use tracing::{debug, info, warn};
 
 use crate::store::{LeaseRow, LeaseStore, StoreError};
 
-/// What an election needs to know about itself.
+pub mod settings;
+use settings::check_name;
+pub use settings::{Setting, SettingsError};
+
+/// What an election needs to know about itself: only built through
+/// [`ElectionSettings::new`], which refuses what the table or the timing cannot take.
 #[derive(Debug, Clone)]
 pub struct ElectionSettings {
     /// The row this election competes for.
-    pub name: String,
+    pub(crate) name: String,
     /// This node's id in the row.
-    pub node_id: String,
+    pub(crate) node_id: String,
     /// Lease length each renewal asks for.
-    pub ttl: Duration,
+    pub(crate) ttl: Duration,
     /// Time between renewals while holding the lease.
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// Most time between reads while not holding it (a follower also reads at the moment
     /// it expects the lease to lapse, spread by up to [`ElectionSettings::lapse_spread`]
     /// or more while the database is slow, which may come that much after the regular
-    /// read). At most `interval`.
-    pub poll: Duration,
+    /// read). At most `interval` (see [`ElectionSettings::with_poll`]).
+    pub(crate) poll: Duration,
 }
 
 /// See [`ElectionSettings::safety_margin`].
@@ -43,15 +48,24 @@ pub fn safety_margin(ttl: Duration) -> Duration {
 }
 
 impl ElectionSettings {
-    /// Settings that renew and poll once per `interval`.
-    pub fn new(name: &str, node_id: &str, ttl: Duration, interval: Duration) -> Self {
-        ElectionSettings {
+    /// Settings that renew and poll once per `interval`, if the name and node id fit the
+    /// table and the ttl leaves a renewal room after the interval.
+    pub fn new(
+        name: &str,
+        node_id: &str,
+        ttl: Duration,
+        interval: Duration,
+    ) -> Result<Self, SettingsError> {
+        check_name(Setting::Name, name)?;
+        check_name(Setting::NodeId, node_id)?;
+        settings::check_timing(ttl, interval)?;
+        Ok(ElectionSettings {
             name: name.to_owned(),
             node_id: node_id.to_owned(),
             ttl,
             interval,
             poll: interval,
-        }
+        })
     }
 
     /// How much earlier than `sent + ttl` this node stops acting as leader. It covers the
