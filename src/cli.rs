@@ -154,9 +154,11 @@ pub fn main() -> ExitCode {
         Command::Lock { verbose: false, .. } => "warn",
         _ => &config.log_level,
     };
-    let log = logging::init(cli.log_format, level);
+    // `writer` flushes the log at the end of main, before the last words on stderr.
+    let (log, writer) = logging::init(cli.log_format, level);
     if let Command::CheckConfig = cli.command {
         print!("{}", config.to_toml_redacted());
+        writer.finish();
         return ExitCode::SUCCESS;
     }
     // The SQLite driver and the migration harness block in place: multi-threaded runtime.
@@ -165,6 +167,7 @@ pub fn main() -> ExitCode {
         .build()
         .expect("tokio runtime starts");
     let result = runtime.block_on(async {
+        writer.spawn_reporter();
         let done = |result: anyhow::Result<()>| result.map(|()| ExitCode::SUCCESS);
         match cli.command {
             Command::Run { id } => {
@@ -189,6 +192,7 @@ pub fn main() -> ExitCode {
     });
     // Database work still finishing in the background must not hold up the exit.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    writer.finish();
     match result {
         Ok(code) => code,
         Err(error) => {
