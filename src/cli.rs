@@ -221,7 +221,8 @@ struct ElectionReport<'a> {
 }
 
 async fn status(config: Config, json: bool) -> anyhow::Result<()> {
-    let mut store = store(&config, false);
+    // Reads only, so that a role that may only SELECT can ask.
+    let mut store = store(&config, false).read_only();
     let row = store.get(&config.election).await.with_context(|| {
         format!(
             "cannot read election {:?} (has `leaderd migrate` run?)",

@@ -153,6 +153,8 @@ pub struct SqlStore {
     conn: Option<DbConnection>,
     /// Apply the embedded migrations on the next connection (cleared once they ran).
     migrate_on_connect: bool,
+    /// Connections run nothing but the operations asked for (see [`SqlStore::read_only`]).
+    read_only: bool,
 }
 
 /// What a connection opened for an operation does before it.
@@ -174,7 +176,17 @@ impl SqlStore {
             timeouts,
             conn: None,
             migrate_on_connect,
+            read_only: false,
         }
+    }
+
+    /// For a store that will only [`LeaseStore::get`] (`leaderd status`): connecting
+    /// neither migrates nor prepares the handover statements, which are UPDATEs, so a
+    /// monitoring role that may only SELECT can use it.
+    pub fn read_only(mut self) -> Self {
+        self.migrate_on_connect = false;
+        self.read_only = true;
+        self
     }
 
     /// Connects now (applying migrations if asked to) instead of on the first operation.
@@ -200,6 +212,10 @@ impl SqlStore {
         let url = Arc::clone(&self.url);
         let timeouts = self.timeouts;
         let migrate = self.migrate_on_connect;
+        let opening = match self.read_only {
+            true => Opening::Plain,
+            false => opening,
+        };
         let task = tokio::spawn(async move {
             let mut conn = match conn {
                 Some(conn) => conn,
