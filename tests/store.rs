@@ -353,3 +353,50 @@ async fn a_release_notifies_where_the_backend_can_tell(backend: Backend) {
 backend_tests!(postgres = Backend::Postgres => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection);
 backend_tests!(mysql = Backend::Mysql => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection);
 backend_tests!(sqlite = Backend::Sqlite => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection);
+
+/// MySQL: a node that cannot take the migration lock within its bound (another node's
+/// migrations hang) does not migrate alongside them; it fails naming the lock, the bound
+/// and what to do. The session's statement limit (the ttl here) does not cut the wait
+/// short.
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_migrations_wait_for_the_lock_and_give_up_at_the_bound() {
+    use diesel_async::{AsyncConnection, AsyncMysqlConnection, SimpleAsyncConnection};
+    let db = TestDb::new(Backend::Mysql);
+    let url = DatabaseUrl::parse(&db.url).unwrap();
+    let mut other_node = AsyncMysqlConnection::establish(&db.url).await.unwrap();
+    other_node
+        .batch_execute("DO GET_LOCK('leaderd_migrations', 5)")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let refused = DbConnection::connect(&url, TTL)
+        .await
+        .unwrap()
+        .migrate_waiting(Duration::from_secs(2))
+        .await;
+    let waited = started.elapsed();
+    other_node
+        .batch_execute("DO RELEASE_LOCK('leaderd_migrations')")
+        .await
+        .unwrap();
+    let error = refused.err().expect("no migrations while the lock is held");
+    assert!(
+        matches!(error, StoreError::MigrationLockTimeout { .. }),
+        "{error}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("\"leaderd_migrations\" for more than 2s")
+            && message.contains("leaderd migrate"),
+        "{message}"
+    );
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(4),
+        "gave up after {waited:?}"
+    );
+    let mut conn = DbConnection::connect(&url, TTL).await.unwrap();
+    assert!(conn.get("x").await.is_err(), "the table was created anyway");
+    // Free again: the migrations run.
+    let mut conn = conn.migrate().await.unwrap();
+    assert_eq!(conn.get("x").await.unwrap(), None);
+}

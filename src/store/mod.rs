@@ -68,6 +68,17 @@ pub enum StoreError {
     QueryTimeout { after: Duration },
     #[error("migrations failed: {0}")]
     Migration(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error(
+        "another node held the migration lock {lock:?} for more than {}, so the migrations \
+         were not run: retry; if it stays held, find the session holding it \
+         (SELECT IS_USED_LOCK('{lock}')), or run `leaderd migrate` once and set \
+         database.migrate = false on the nodes",
+        humantime::format_duration(*.waited)
+    )]
+    MigrationLockTimeout {
+        lock: &'static str,
+        waited: Duration,
+    },
     #[error("database task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
 }
@@ -80,7 +91,7 @@ impl StoreError {
             StoreError::ConnectTimeout { .. } => "connect_timeout",
             StoreError::Query(_) => "query",
             StoreError::QueryTimeout { .. } => "query_timeout",
-            StoreError::Migration(_) => "migration",
+            StoreError::Migration(_) | StoreError::MigrationLockTimeout { .. } => "migration",
             StoreError::Task(_) => "task",
         }
     }

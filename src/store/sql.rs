@@ -240,6 +240,43 @@ macro_rules! on_connection {
     };
 }
 
+/// The MySQL named lock through which nodes take turns to migrate.
+const MYSQL_MIGRATION_LOCK: &str = "leaderd_migrations";
+
+/// How long a node waits for another node's migrations on MySQL.
+pub const MIGRATION_LOCK_WAIT: Duration = Duration::from_secs(10);
+
+#[derive(QueryableByName)]
+struct LockTaken {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    taken: Option<i64>,
+}
+
+/// Takes MySQL's migration lock, waiting up to `wait`. GET_LOCK answers 1 once taken, 0
+/// when the wait ran out, and NULL when interrupted: by the session's statement limit,
+/// too, so that limit is lifted for this statement where MariaDB allows it (MySQL has no
+/// `SET STATEMENT`). Anything but 1 means another node may be migrating: do not migrate.
+async fn lock_mysql_migrations(
+    conn: &mut AsyncMysqlConnection,
+    wait: Duration,
+) -> Result<(), StoreError> {
+    let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
+    let get_lock =
+        format!("SELECT CAST(GET_LOCK('{MYSQL_MIGRATION_LOCK}', {seconds}) AS SIGNED) AS taken");
+    let unlimited = format!("SET STATEMENT max_statement_time = 0 FOR {get_lock}");
+    let answer: Vec<LockTaken> = match diesel::sql_query(&unlimited).load(conn).await {
+        Ok(answer) => answer,
+        Err(_) => diesel::sql_query(&get_lock).load(conn).await?,
+    };
+    match answer.as_slice() {
+        [LockTaken { taken: Some(1) }] => Ok(()),
+        _ => Err(StoreError::MigrationLockTimeout {
+            lock: MYSQL_MIGRATION_LOCK,
+            waited: Duration::from_secs(seconds),
+        }),
+    }
+}
+
 fn run_migrations<C>(conn: C, migrations: EmbeddedMigrations) -> Result<C, StoreError>
 where
     C: AsyncConnection + 'static,
@@ -333,11 +370,17 @@ impl DbConnection {
     /// The harness is synchronous (it blocks on the async connection inside), so it runs
     /// on a blocking thread where a caller's timeout can still fire.
     pub async fn migrate(self) -> Result<Self, StoreError> {
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || handle.block_on(self.migrate_here())).await?
+        self.migrate_waiting(MIGRATION_LOCK_WAIT).await
     }
 
-    async fn migrate_here(self) -> Result<Self, StoreError> {
+    /// [`DbConnection::migrate`], waiting at most `lock_wait` for another node's
+    /// migrations on MySQL (whole seconds, at least one).
+    pub async fn migrate_waiting(self, lock_wait: Duration) -> Result<Self, StoreError> {
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || handle.block_on(self.migrate_here(lock_wait))).await?
+    }
+
+    async fn migrate_here(self, lock_wait: Duration) -> Result<Self, StoreError> {
         match self {
             DbConnection::Postgres(mut conn) => {
                 conn.batch_execute("SELECT pg_advisory_lock(7026111822)")
@@ -348,10 +391,9 @@ impl DbConnection {
                 Ok(DbConnection::Postgres(conn))
             }
             DbConnection::Mysql(mut conn) => {
-                conn.batch_execute("DO GET_LOCK('leaderd_migrations', 10)")
-                    .await?;
+                lock_mysql_migrations(&mut conn, lock_wait).await?;
                 let mut conn = run_migrations(conn, MYSQL_MIGRATIONS)?;
-                conn.batch_execute("DO RELEASE_LOCK('leaderd_migrations')")
+                conn.batch_execute(&format!("DO RELEASE_LOCK('{MYSQL_MIGRATION_LOCK}')"))
                     .await?;
                 Ok(DbConnection::Mysql(conn))
             }
