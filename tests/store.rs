@@ -386,7 +386,7 @@ async fn mysql_migrations_wait_for_the_lock_and_give_up_at_the_bound() {
     );
     let message = error.to_string();
     assert!(
-        message.contains("\"leaderd_migrations\" for more than 2s")
+        message.contains("(GET_LOCK('leaderd_migrations')) for more than 2s")
             && message.contains("leaderd migrate"),
         "{message}"
     );

@@ -69,16 +69,12 @@ pub enum StoreError {
     #[error("migrations failed: {0}")]
     Migration(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error(
-        "another node held the migration lock {lock:?} for more than {}, so the migrations \
-         were not run: retry; if it stays held, find the session holding it \
-         (SELECT IS_USED_LOCK('{lock}')), or run `leaderd migrate` once and set \
-         database.migrate = false on the nodes",
+        "another node held the migration lock ({lock}) for more than {}, so the migrations \
+         were not run: retry; if it stays held, find what holds it, or run `leaderd \
+         migrate` once and set database.migrate = false on the nodes",
         humantime::format_duration(*.waited)
     )]
-    MigrationLockTimeout {
-        lock: &'static str,
-        waited: Duration,
-    },
+    MigrationLockTimeout { lock: String, waited: Duration },
     #[error("database task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
 }

@@ -17,6 +17,8 @@ use diesel_async::{
     SimpleAsyncConnection, sync_connection_wrapper::SyncConnectionWrapper,
 };
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 use std::time::{Duration, SystemTime};
 
 use super::{LeaseRow, StoreError};
@@ -243,7 +245,7 @@ macro_rules! on_connection {
 /// The MySQL named lock through which nodes take turns to migrate.
 const MYSQL_MIGRATION_LOCK: &str = "leaderd_migrations";
 
-/// How long a node waits for another node's migrations on MySQL.
+/// How long a node waits for another node's migrations (MySQL, SQLite).
 pub const MIGRATION_LOCK_WAIT: Duration = Duration::from_secs(10);
 
 #[derive(QueryableByName)]
@@ -271,9 +273,61 @@ async fn lock_mysql_migrations(
     match answer.as_slice() {
         [LockTaken { taken: Some(1) }] => Ok(()),
         _ => Err(StoreError::MigrationLockTimeout {
-            lock: MYSQL_MIGRATION_LOCK,
+            lock: format!("GET_LOCK('{MYSQL_MIGRATION_LOCK}')"),
             waited: Duration::from_secs(seconds),
         }),
+    }
+}
+
+#[derive(QueryableByName)]
+struct DatabaseFile {
+    #[diesel(sql_type = Text)]
+    file: String,
+}
+
+/// How often a node that waits for another's SQLite migrations tries the lock again.
+const SQLITE_LOCK_RETRY: Duration = Duration::from_millis(10);
+
+/// Takes turns with the other processes on this database file: the migration harness
+/// checks what is applied and then records it, so two first starts at once would both
+/// apply and one would fail. The lock is an exclusive `flock` on a file beside the
+/// database, not on the database itself: closing a second descriptor of it would drop
+/// SQLite's own POSIX locks. Held until the returned lock is dropped; `None` for an
+/// in-memory database, which nobody shares.
+async fn lock_sqlite_migrations(
+    conn: &mut SyncConnectionWrapper<diesel::SqliteConnection>,
+    wait: Duration,
+) -> Result<Option<Flock<std::fs::File>>, StoreError> {
+    let main: Vec<DatabaseFile> =
+        diesel::sql_query("SELECT file FROM pragma_database_list WHERE name = 'main'")
+            .load(conn)
+            .await?;
+    let Some(DatabaseFile { file }) = main.into_iter().next().filter(|f| !f.file.is_empty()) else {
+        return Ok(None);
+    };
+    let path = format!("{file}.migrations.lock");
+    let mut lock_file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|error| StoreError::Migration(Box::new(error)))?;
+    let give_up_at = tokio::time::Instant::now() + wait;
+    loop {
+        match Flock::lock(lock_file, FlockArg::LockExclusiveNonblock) {
+            Ok(locked) => return Ok(Some(locked)),
+            Err((file, Errno::EWOULDBLOCK)) if tokio::time::Instant::now() < give_up_at => {
+                lock_file = file;
+                tokio::time::sleep(SQLITE_LOCK_RETRY).await;
+            }
+            Err((_, Errno::EWOULDBLOCK)) => {
+                return Err(StoreError::MigrationLockTimeout {
+                    lock: format!("flock {path}"),
+                    waited: wait,
+                });
+            }
+            Err((_, errno)) => return Err(StoreError::Migration(Box::new(errno))),
+        }
     }
 }
 
@@ -364,8 +418,8 @@ impl DbConnection {
     }
 
     /// Applies the embedded migrations of this backend. Nodes that start together take
-    /// turns through a database lock where the backend has one; elsewhere the migrations
-    /// are idempotent and a loser of the race simply retries.
+    /// turns: an advisory lock on PostgreSQL, GET_LOCK on MySQL, an exclusive flock on a file
+    /// beside the database on SQLite.
     ///
     /// The harness is synchronous (it blocks on the async connection inside), so it runs
     /// on a blocking thread where a caller's timeout can still fire.
@@ -397,10 +451,13 @@ impl DbConnection {
                     .await?;
                 Ok(DbConnection::Mysql(conn))
             }
-            DbConnection::Sqlite(conn) => Ok(DbConnection::Sqlite(run_migrations(
-                conn,
-                SQLITE_MIGRATIONS,
-            )?)),
+            DbConnection::Sqlite(mut conn) => {
+                let _turn = lock_sqlite_migrations(&mut conn, lock_wait).await?;
+                Ok(DbConnection::Sqlite(run_migrations(
+                    conn,
+                    SQLITE_MIGRATIONS,
+                )?))
+            }
         }
     }
 
