@@ -400,3 +400,38 @@ async fn mysql_migrations_wait_for_the_lock_and_give_up_at_the_bound() {
     let mut conn = conn.migrate().await.unwrap();
     assert_eq!(conn.get("x").await.unwrap(), None);
 }
+
+/// SQLite: migrations take turns through an exclusive flock beside the database file, and
+/// a node that cannot take it within its bound fails naming it instead of migrating.
+#[tokio::test(flavor = "multi_thread")]
+async fn sqlite_migrations_wait_for_the_flock_and_give_up_at_the_bound() {
+    use nix::fcntl::{Flock, FlockArg};
+    let db = TestDb::new(Backend::Sqlite);
+    let url = DatabaseUrl::parse(&db.url).unwrap();
+    let path = format!("{}.migrations.lock", url.sqlite_path());
+    let file = std::fs::File::create(&path).unwrap();
+    let other_node = Flock::lock(file, FlockArg::LockExclusive).unwrap();
+    let started = Instant::now();
+    let refused = DbConnection::connect(&url, TTL)
+        .await
+        .unwrap()
+        .migrate_waiting(Duration::from_secs(1))
+        .await;
+    let waited = started.elapsed();
+    drop(other_node);
+    let message = refused
+        .err()
+        .expect("no migrations while the lock is held")
+        .to_string();
+    assert!(
+        message.contains(&format!("(flock {path}) for more than 1s")),
+        "{message}"
+    );
+    assert!(waited >= Duration::from_secs(1), "gave up after {waited:?}");
+    DbConnection::connect(&url, TTL)
+        .await
+        .unwrap()
+        .migrate()
+        .await
+        .unwrap();
+}

@@ -51,24 +51,21 @@ impl fmt::Display for Setting {
 /// keys, command-line options).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SettingsError {
-    #[error("{}", self.describe(Setting::label))]
     Empty { setting: Setting },
-    #[error("{}", self.describe(Setting::label))]
     TooLong { setting: Setting, value: String },
-    #[error("{}", self.describe(Setting::label))]
     Padded { setting: Setting, value: String },
-    #[error("{}", self.describe(Setting::label))]
     ControlCharacter { setting: Setting, value: String },
-    #[error("{}", self.describe(Setting::label))]
     Zero { setting: Setting },
-    #[error("{}", self.describe(Setting::label))]
     OverADay { setting: Setting, value: Duration },
-    #[error("{}", self.describe(Setting::label))]
     TtlNotAboveInterval { ttl: Duration, interval: Duration },
-    #[error("{}", self.describe(Setting::label))]
     NoRoomToRenew { ttl: Duration, interval: Duration },
-    #[error("{}", self.describe(Setting::label))]
     PollAboveInterval { poll: Duration, interval: Duration },
+}
+
+impl fmt::Display for SettingsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.describe(Setting::label))
+    }
 }
 
 fn human(duration: Duration) -> String {
