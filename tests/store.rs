@@ -354,6 +354,21 @@ backend_tests!(postgres = Backend::Postgres => claim_renew_release, leases_lapse
 backend_tests!(mysql = Backend::Mysql => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection);
 backend_tests!(sqlite = Backend::Sqlite => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection);
 
+/// Migrates on a new connection (statements bounded by the ttl) waiting at most `wait` for
+/// the migration lock; also says how long that took.
+async fn migrate_waiting(
+    url: &DatabaseUrl,
+    wait: Duration,
+) -> (Result<DbConnection, StoreError>, Duration) {
+    let started = Instant::now();
+    let migrated = DbConnection::connect(url, TTL)
+        .await
+        .unwrap()
+        .migrate_waiting(wait)
+        .await;
+    (migrated, started.elapsed())
+}
+
 /// MySQL: a node that cannot take the migration lock within its bound (another node's
 /// migrations hang) does not migrate alongside them; it fails naming the lock, the bound
 /// and what to do. The session's statement limit (the ttl here) does not cut the wait
@@ -368,13 +383,7 @@ async fn mysql_migrations_wait_for_the_lock_and_give_up_at_the_bound() {
         .batch_execute("DO GET_LOCK('leaderd_migrations', 5)")
         .await
         .unwrap();
-    let started = Instant::now();
-    let refused = DbConnection::connect(&url, TTL)
-        .await
-        .unwrap()
-        .migrate_waiting(Duration::from_secs(2))
-        .await;
-    let waited = started.elapsed();
+    let (refused, waited) = migrate_waiting(&url, Duration::from_secs(2)).await;
     other_node
         .batch_execute("DO RELEASE_LOCK('leaderd_migrations')")
         .await
@@ -411,13 +420,7 @@ async fn sqlite_migrations_wait_for_the_flock_and_give_up_at_the_bound() {
     let path = format!("{}.migrations.lock", url.sqlite_path());
     let file = std::fs::File::create(&path).unwrap();
     let other_node = Flock::lock(file, FlockArg::LockExclusive).unwrap();
-    let started = Instant::now();
-    let refused = DbConnection::connect(&url, TTL)
-        .await
-        .unwrap()
-        .migrate_waiting(Duration::from_secs(1))
-        .await;
-    let waited = started.elapsed();
+    let (refused, waited) = migrate_waiting(&url, Duration::from_secs(1)).await;
     drop(other_node);
     let message = refused
         .err()
