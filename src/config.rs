@@ -486,6 +486,7 @@ fn duration(key: &'static str, text: Option<&str>, default: &str) -> Result<Dura
             format!("not a duration ({e}); write it like \"1200ms\", \"1s\" or \"1m 30s\""),
         )
     })?;
+    // Every duration has the election's bounds; the error's reason is used, under `key`.
     match settings::check_duration(Setting::Ttl, value) {
         Ok(()) => Ok(value),
         Err(error) => Err(invalid(key, text, error.reason(key_of))),
