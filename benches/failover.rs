@@ -270,7 +270,8 @@ async fn scale(
                 &format!("c{c}"),
                 Duration::from_millis(1200),
                 Duration::from_secs(1),
-            );
+            )
+            .expect("valid settings");
             let (mut election, status) = Election::new(settings, store.clone());
             election.poll_only();
             let (measuring, ticks, statements) =

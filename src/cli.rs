@@ -10,6 +10,7 @@ use tracing::info;
 
 use crate::config::{Config, ConfigError};
 use crate::daemon::{self, ConfigSource, store};
+use crate::election::settings::id_with_suffix;
 use crate::hooks::{self, HookContext};
 use crate::lock::{LockError, LockOptions};
 use crate::logging::{self, LogFormat};
@@ -157,9 +158,11 @@ pub fn main() -> ExitCode {
         Command::Lock { verbose: false, .. } => "warn",
         _ => &config.log_level,
     };
-    let log = logging::init(cli.log_format, level);
+    // `writer` flushes the log at the end of main, before the last words on stderr.
+    let (log, writer) = logging::init(cli.log_format, level);
     if let Command::CheckConfig = cli.command {
         print!("{}", config.to_toml_redacted());
+        writer.finish();
         return ExitCode::SUCCESS;
     }
     // The SQLite driver and the migration harness block in place: multi-threaded runtime.
@@ -168,6 +171,7 @@ pub fn main() -> ExitCode {
         .build()
         .expect("tokio runtime starts");
     let result = runtime.block_on(async {
+        writer.spawn_reporter();
         let done = |result: anyhow::Result<()>| result.map(|()| ExitCode::SUCCESS);
         match cli.command {
             Command::Run { id } => {
@@ -192,6 +196,7 @@ pub fn main() -> ExitCode {
     });
     // Database work still finishing in the background must not hold up the exit.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    writer.finish();
     match result {
         Ok(code) => code,
         Err(error) => {
@@ -223,7 +228,8 @@ struct ElectionReport<'a> {
 }
 
 async fn status(config: Config, json: bool) -> anyhow::Result<()> {
-    let mut store = store(&config, false);
+    // Reads only, so that a role that may only SELECT can ask.
+    let mut store = store(&config, false).read_only();
     let row = store.get(&config.election).await.with_context(|| {
         format!(
             "cannot read election {:?} (has `leaderd migrate` run?)",
@@ -286,11 +292,9 @@ async fn lock(
     let containment = hooks::resolve_containment(config.hooks.containment)?;
     // Installed first: a signal while waiting ends the wait, and later ones reach COMMAND.
     let mut signals = signals::forwarded_signals().context("cannot install signal handlers")?;
-    // Unique per invocation: two `leaderd lock` on one host are two holders. Ids are at
-    // most 100 characters; a long node id gives way to the pid.
-    let pid = format!(":{}", std::process::id());
-    let node: String = config.node_id.chars().take(100 - pid.len()).collect();
-    let holder = format!("{node}{pid}");
+    // Unique per invocation: two `leaderd lock` on one host are two holders. A long node
+    // id gives way to the pid.
+    let holder = id_with_suffix(&config.node_id, &format!(":{}", std::process::id()));
     let options = match LockOptions::new(name, ttl).and_then(|o| o.holder(&holder)) {
         Ok(options) => options,
         Err(error) => {

@@ -3,14 +3,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::election::settings::{self, Setting, SettingsError};
 use crate::hooks::HooksConfig;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// The longest node id or election name the table's VARCHAR(100) columns hold.
-pub const MAX_NAME_CHARS: usize = 100;
 
 /// Every key leaderd reads, by section. Anything else is an error, so a typo such as
 /// `election.tll` is caught instead of silently running with the default.
@@ -28,12 +26,6 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
 ];
 
 const ENV_PREFIX: &str = "LEADERD_";
-
-/// The least time a renewal's round trip can be given between `interval` and `ttl`.
-pub(crate) const MIN_RENEW_WINDOW: Duration = Duration::from_millis(10);
-
-/// Durations beyond this are mistakes (and would overflow deadlines).
-pub(crate) const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -62,6 +54,24 @@ fn invalid(key: &'static str, value: impl fmt::Display, reason: impl Into<String
         key,
         value: value.to_string(),
         reason: reason.into(),
+    }
+}
+
+/// The configuration key of each election setting.
+fn key_of(setting: Setting) -> &'static str {
+    match setting {
+        Setting::Name => "election.name",
+        Setting::NodeId => "node.id",
+        Setting::Ttl => "election.ttl",
+        Setting::Interval => "election.interval",
+        // Not configurable: the daemon polls once per interval.
+        Setting::Poll => "election.interval",
+    }
+}
+
+impl From<SettingsError> for ConfigError {
+    fn from(error: SettingsError) -> Self {
+        invalid(key_of(error.setting()), error.value(), error.reason(key_of))
     }
 }
 
@@ -298,42 +308,11 @@ impl Config {
                 .to_string_lossy()
                 .into_owned(),
         };
-        check_name("node.id", &node_id)?;
         let election = raw.election.name.unwrap_or_else(|| "default".to_owned());
-        check_name("election.name", &election)?;
-
         let ttl = duration("election.ttl", raw.election.ttl.as_deref(), "1200ms")?;
         let interval = duration("election.interval", raw.election.interval.as_deref(), "1s")?;
-        if ttl <= interval {
-            return Err(invalid(
-                "election.ttl",
-                humantime::format_duration(ttl),
-                format!(
-                    "must be greater than election.interval ({}): the leader renews once per interval and needs the difference to do so before its lease lapses",
-                    humantime::format_duration(interval)
-                ),
-            ));
-        }
-        // The deadline is sent + ttl - margin and the next renewal goes out an interval after
-        // the last: what is left between them is all a renewal's round trip may take.
-        let window = ttl.saturating_sub(interval);
-        let margin = crate::election::safety_margin(ttl);
-        if window < margin + MIN_RENEW_WINDOW {
-            return Err(invalid(
-                "election.ttl",
-                humantime::format_duration(ttl),
-                format!(
-                    "leaves {} after election.interval ({}) for a renewal, less than the {} \
-                     this needs (a safety margin of {} and at least {} for the round trip): \
-                     raise election.ttl or lower election.interval",
-                    humantime::format_duration(window),
-                    humantime::format_duration(interval),
-                    humantime::format_duration(margin + MIN_RENEW_WINDOW),
-                    humantime::format_duration(margin),
-                    humantime::format_duration(MIN_RENEW_WINDOW),
-                ),
-            ));
-        }
+        // The election's own rules, named by configuration key.
+        crate::election::ElectionSettings::new(&election, &node_id, ttl, interval)?;
         let database_url =
             DatabaseUrl::parse(raw.database.url.as_deref().unwrap_or(DEFAULT_DATABASE_URL))?;
         let connect_timeout = duration(
@@ -508,33 +487,11 @@ fn duration(key: &'static str, text: Option<&str>, default: &str) -> Result<Dura
             format!("not a duration ({e}); write it like \"1200ms\", \"1s\" or \"1m 30s\""),
         )
     })?;
-    if value.is_zero() {
-        return Err(invalid(key, text, "must be greater than zero"));
+    // Every duration has the election's bounds; the error's reason is used, under `key`.
+    match settings::check_duration(Setting::Ttl, value) {
+        Ok(()) => Ok(value),
+        Err(error) => Err(invalid(key, text, error.reason(key_of))),
     }
-    if value > MAX_DURATION {
-        return Err(invalid(key, text, "must be at most a day"));
-    }
-    Ok(value)
-}
-
-/// Node ids and election names go into VARCHAR(100) columns and are compared exactly;
-/// MySQL ignores trailing spaces in comparisons, so those are refused everywhere.
-fn check_name(key: &'static str, value: &str) -> Result<(), ConfigError> {
-    let reason = if value.is_empty() {
-        "must not be empty".to_owned()
-    } else if value.chars().count() > MAX_NAME_CHARS {
-        format!(
-            "is {} characters long; the table holds at most {MAX_NAME_CHARS}",
-            value.chars().count()
-        )
-    } else if value.trim() != value {
-        "must not begin or end with white space".to_owned()
-    } else if value.chars().any(char::is_control) {
-        "must not contain control characters".to_owned()
-    } else {
-        return Ok(());
-    };
-    Err(invalid(key, value, reason))
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::election::{Election, ElectionSettings, Status};
 use crate::hooks::{self, HookContext, Hooks};
 use crate::logging::LogLevel;
@@ -50,7 +50,8 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         &config.node_id,
         config.ttl,
         config.interval,
-    );
+    )
+    .map_err(ConfigError::from)?;
     let (mut election, statuses) = Election::new(settings, store(&config, config.migrate));
     // A node told to stop never claims again, whatever its link does while its hooks
     // step down.
@@ -116,7 +117,12 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
                     break;
                 }
                 Some(()) = reload_requests.recv() => {
-                    reload(&mut running, &source, &mut hooks, &log, &statuses);
+                    systemd::reloading();
+                    let loaded = tokio::select! {
+                        loaded = load_again(&source) => loaded,
+                        _ = &mut shutdown => break,
+                    };
+                    reload(loaded, &mut running, &mut hooks, &log, &statuses);
                 }
             }
         }
@@ -135,17 +141,30 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     Ok(())
 }
 
-/// SIGHUP: reads the configuration again and applies what can change at run time (hooks,
-/// log level). A file that does not load is rejected as a whole.
+/// SIGHUP: reads the configuration again, off the election loop (which polls the reload):
+/// a file on a hung file system must not stall renewals.
+async fn load_again(source: &ConfigSource) -> anyhow::Result<Config> {
+    let (file, node_id) = (source.file.clone(), source.node_id.clone());
+    off_the_loop(move || Config::load(file.as_deref(), node_id.as_deref())).await
+}
+
+/// Runs a blocking `load` on tokio's blocking threads.
+async fn off_the_loop<T: Send + 'static>(
+    load: impl FnOnce() -> Result<T, ConfigError> + Send + 'static,
+) -> anyhow::Result<T> {
+    Ok(tokio::task::spawn_blocking(load).await??)
+}
+
+/// Applies what can change at run time (hooks, log level) from the configuration read
+/// again. A file that does not load is rejected as a whole.
 fn reload(
+    loaded: anyhow::Result<Config>,
     running: &mut Config,
-    source: &ConfigSource,
     hooks: &mut Hooks,
     log: &LogLevel,
     status: &watch::Receiver<Status>,
 ) {
-    systemd::reloading();
-    match Config::load(source.file.as_deref(), source.node_id.as_deref()) {
+    match loaded {
         Err(rejected) => error!(
             "configuration reload rejected, the running configuration stays in force: {rejected}"
         ),
@@ -197,4 +216,38 @@ fn reload(
         }
     }
     systemd::reloaded(&status.borrow());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    /// The reload is polled by the election loop: a read that hangs (a hung file system)
+    /// must leave the loop's thread free. One thread here, as the loop has.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_slow_configuration_read_leaves_the_loop_running() {
+        let ticks = Arc::new(AtomicU32::new(0));
+        let ticking = Arc::clone(&ticks);
+        let ticker = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                ticking.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let loaded = off_the_loop(|| {
+            std::thread::sleep(Duration::from_millis(500));
+            Ok(7)
+        })
+        .await
+        .unwrap();
+        ticker.abort();
+        assert_eq!(loaded, 7);
+        let ticks = ticks.load(Ordering::Relaxed);
+        assert!(
+            ticks >= 20,
+            "the loop's thread ticked {ticks} times in 500 ms"
+        );
+    }
 }

@@ -19,22 +19,27 @@ use tracing::{debug, info, warn};
 
 use crate::store::{LeaseRow, LeaseStore, ProcessToken, StoreError};
 
-/// What an election needs to know about itself.
+pub mod settings;
+use settings::check_name;
+pub use settings::{Setting, SettingsError};
+
+/// What an election needs to know about itself: only built through
+/// [`ElectionSettings::new`], which refuses what the table or the timing cannot take.
 #[derive(Debug, Clone)]
 pub struct ElectionSettings {
     /// The row this election competes for.
-    pub name: String,
+    pub(crate) name: String,
     /// This node's id in the row.
-    pub node_id: String,
+    pub(crate) node_id: String,
     /// Lease length each renewal asks for.
-    pub ttl: Duration,
+    pub(crate) ttl: Duration,
     /// Time between renewals while holding the lease.
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// Most time between reads while not holding it (a follower also reads at the moment
     /// it expects the lease to lapse, spread by up to [`ElectionSettings::lapse_spread`]
     /// or more while the database is slow, which may come that much after the regular
-    /// read). At most `interval`.
-    pub poll: Duration,
+    /// read). At most `interval` (see [`ElectionSettings::with_poll`]).
+    pub(crate) poll: Duration,
 }
 
 /// A clock that goes on while the host is suspended, as the database's clock does:
@@ -72,15 +77,24 @@ pub fn safety_margin(ttl: Duration) -> Duration {
 }
 
 impl ElectionSettings {
-    /// Settings that renew and poll once per `interval`.
-    pub fn new(name: &str, node_id: &str, ttl: Duration, interval: Duration) -> Self {
-        ElectionSettings {
+    /// Settings that renew and poll once per `interval`, if the name and node id fit the
+    /// table and the ttl leaves a renewal room after the interval.
+    pub fn new(
+        name: &str,
+        node_id: &str,
+        ttl: Duration,
+        interval: Duration,
+    ) -> Result<Self, SettingsError> {
+        check_name(Setting::Name, name)?;
+        check_name(Setting::NodeId, node_id)?;
+        settings::check_timing(ttl, interval)?;
+        Ok(ElectionSettings {
             name: name.to_owned(),
             node_id: node_id.to_owned(),
             ttl,
             interval,
             poll: interval,
-        }
+        })
     }
 
     /// How much earlier than `sent + ttl` this node stops acting as leader. It covers the
@@ -307,21 +321,32 @@ impl From<StoreError> for RoundError {
     }
 }
 
+/// Who sends a round: the election's settings, the clock its leases are also judged by,
+/// and the token that marks the terms it starts.
+struct Claimant<'a> {
+    settings: &'a ElectionSettings,
+    boot: &'a BootClock,
+    token: ProcessToken,
+}
+
 /// One round: renew if leading, else claim a free lease, else observe. The first statement
 /// is the only one in steady state (a renewal for the leader, a read for a follower).
 /// `may_claim` is asked before each claim. `released_in`: a term whose release was just
 /// announced, claimed without reading first. `statements` counts what it sends, for
-/// [`RoundReport::statements`]. `token` marks the terms it starts.
+/// [`RoundReport::statements`].
 async fn round<S: LeaseStore>(
     store: &mut S,
-    settings: &ElectionSettings,
-    boot: &BootClock,
-    token: ProcessToken,
+    sender: &Claimant<'_>,
     hold: Hold,
     may_claim: impl Fn() -> bool,
     released_in: Option<i64>,
     statements: &mut u64,
 ) -> Result<(Outcome, Duration), RoundError> {
+    let Claimant {
+        settings,
+        boot,
+        token,
+    } = *sender;
     let (name, me, ttl) = (&settings.name, &settings.node_id, settings.ttl);
     let sent = Instants::now(boot);
     match hold {
@@ -359,9 +384,7 @@ async fn round<S: LeaseStore>(
             if let Some(expected) = released_in {
                 // The claim checks the term and that the lease is free, so a stale term
                 // only costs the read below.
-                if let Some(holding) =
-                    claim(store, settings, boot, token, expected, statements).await?
-                {
+                if let Some(holding) = claim(store, sender, expected, statements).await? {
                     return Ok((holding, sent.at.elapsed()));
                 }
             }
@@ -382,7 +405,7 @@ async fn round<S: LeaseStore>(
         Some(_) => None,
     };
     if let Some(expected) = free_term {
-        if let Some(holding) = claim(store, settings, boot, token, expected, statements).await? {
+        if let Some(holding) = claim(store, sender, expected, statements).await? {
             return Ok((holding, round_trip));
         }
         // Another node was faster; see who.
@@ -397,12 +420,15 @@ async fn round<S: LeaseStore>(
 /// committed: its term is in doubt.
 async fn claim<S: LeaseStore>(
     store: &mut S,
-    settings: &ElectionSettings,
-    boot: &BootClock,
-    token: ProcessToken,
+    sender: &Claimant<'_>,
     expected: i64,
     statements: &mut u64,
 ) -> Result<Option<Outcome>, RoundError> {
+    let Claimant {
+        settings,
+        boot,
+        token,
+    } = *sender;
     let sent = Instants::now(boot);
     *statements += 1;
     let claimed = store
@@ -803,11 +829,14 @@ impl<S: LeaseStore> Election<S> {
             let mut statements = 0;
             let boot = Arc::clone(&machine.boot);
             let result = {
+                let sender = Claimant {
+                    settings: &settings,
+                    boot: &boot,
+                    token: machine.token,
+                };
                 let attempt = round(
                     &mut store,
-                    &settings,
-                    &boot,
-                    machine.token,
+                    &sender,
                     hold,
                     may_claim_now,
                     released_in,

@@ -65,14 +65,14 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 
-use crate::config::{MAX_DURATION, MIN_RENEW_WINDOW};
-use crate::election::{Election, ElectionSettings, RenewHandle, Role, Status, safety_margin};
+use crate::election::settings::{MAX_DURATION, Setting, SettingsError, id_with_suffix};
+use crate::election::{Election, ElectionSettings, RenewHandle, Role, Status};
 use crate::store::{LeaseStore, StoreError};
 
 /// The longest a waiting lock goes without reading the row, whatever its ttl.
 const MAX_POLL: Duration = Duration::from_secs(1);
-/// Names and holder ids are stored in a VARCHAR(100).
-const MAX_ID_CHARS: usize = 100;
+/// Shorter leases are mistakes for a lock around a command.
+const MIN_TTL: Duration = Duration::from_millis(100);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
@@ -121,6 +121,26 @@ fn held_message(
     )
 }
 
+/// How a lock names each election setting.
+fn option_name(setting: Setting) -> &'static str {
+    match setting {
+        Setting::Name => "name",
+        Setting::NodeId => "holder",
+        Setting::Ttl => "ttl",
+        Setting::Interval | Setting::Poll => "renewal interval",
+    }
+}
+
+impl From<SettingsError> for LockError {
+    fn from(error: SettingsError) -> Self {
+        LockError::Invalid {
+            what: option_name(error.setting()),
+            value: error.value(),
+            reason: error.reason(option_name),
+        }
+    }
+}
+
 fn round_to_ms(duration: Duration) -> Duration {
     Duration::from_millis(duration.as_millis() as u64)
 }
@@ -144,7 +164,7 @@ impl LockOptions {
             ttl,
             renew_every: ttl / 3,
         };
-        options.validate()?;
+        options.settings()?;
         Ok(options)
     }
 
@@ -156,23 +176,21 @@ impl LockOptions {
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "localhost".to_owned());
         let n = TAKEN.fetch_add(1, Ordering::Relaxed) + 1;
-        let suffix = format!(":{}:{n}", std::process::id());
-        let keep = MAX_ID_CHARS.saturating_sub(suffix.len());
-        format!("{}{suffix}", host.chars().take(keep).collect::<String>())
+        id_with_suffix(&host, &format!(":{}:{n}", std::process::id()))
     }
 
     /// Holds the lock under this id instead. It must be unique to this holder: two holders
     /// with one id are one holder to the database.
     pub fn holder(mut self, holder: &str) -> Result<Self, LockError> {
         self.holder = holder.to_owned();
-        self.validate()?;
+        self.settings()?;
         Ok(self)
     }
 
     /// Renews this often instead of every third of the ttl.
     pub fn renew_every(mut self, interval: Duration) -> Result<Self, LockError> {
         self.renew_every = interval;
-        self.validate()?;
+        self.settings()?;
         Ok(self)
     }
 
@@ -188,55 +206,20 @@ impl LockOptions {
         self.renew_every
     }
 
-    fn validate(&self) -> Result<(), LockError> {
-        let invalid = |what, value: String, reason: String| {
-            Err(LockError::Invalid {
-                what,
-                value,
-                reason,
-            })
-        };
-        for (what, text) in [("name", &self.name), ("holder", &self.holder)] {
-            let chars = text.chars().count();
-            if chars == 0 || chars > MAX_ID_CHARS {
-                return invalid(
-                    what,
-                    text.clone(),
-                    format!("must be 1 to {MAX_ID_CHARS} characters"),
-                );
-            }
-            if text.chars().any(char::is_control) || text.trim() != text {
-                return invalid(
-                    what,
-                    text.clone(),
-                    "must not contain control characters or start or end with whitespace".into(),
-                );
-            }
+    /// The election this lock runs, if the options are valid: the election's own rules,
+    /// named as the lock's options, plus a lower bound on the ttl.
+    fn settings(&self) -> Result<ElectionSettings, LockError> {
+        if self.ttl < MIN_TTL || self.ttl > MAX_DURATION {
+            return Err(LockError::Invalid {
+                what: "ttl",
+                value: humantime::format_duration(self.ttl).to_string(),
+                reason: "must be between 100ms and 1day".into(),
+            });
         }
-        let ttl = humantime::format_duration(self.ttl).to_string();
-        if self.ttl < Duration::from_millis(100) || self.ttl > MAX_DURATION {
-            return invalid("ttl", ttl, "must be between 100ms and 1day".into());
-        }
-        let window = self.ttl.saturating_sub(self.renew_every);
-        let needed = safety_margin(self.ttl) + MIN_RENEW_WINDOW;
-        if self.renew_every.is_zero() || window < needed {
-            return invalid(
-                "renewal interval",
-                humantime::format_duration(self.renew_every).to_string(),
-                format!(
-                    "must be above zero and leave at least {} of the ttl ({ttl}) for a renewal",
-                    humantime::format_duration(needed)
-                ),
-            );
-        }
-        Ok(())
-    }
-
-    fn settings(&self) -> ElectionSettings {
-        let mut settings =
-            ElectionSettings::new(&self.name, &self.holder, self.ttl, self.renew_every);
-        settings.poll = self.renew_every.min(MAX_POLL);
-        settings
+        let poll = self.renew_every.min(MAX_POLL);
+        ElectionSettings::new(&self.name, &self.holder, self.ttl, self.renew_every)
+            .and_then(|settings| settings.with_poll(poll))
+            .map_err(LockError::from)
     }
 
     /// Takes the lock if nobody holds it; otherwise fails at once with
@@ -274,7 +257,7 @@ impl LockOptions {
     {
         let started = Instant::now();
         let give_up_at = started.checked_add(wait);
-        let (mut election, mut status) = Election::new(self.settings(), store);
+        let (mut election, mut status) = Election::new(self.settings()?, store);
         election.single_term();
         if wait.is_zero() {
             election.poll_only();

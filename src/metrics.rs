@@ -162,6 +162,12 @@ impl Metrics {
             Unit::Seconds,
             inner.hook_duration.clone(),
         );
+        registry.register(
+            "log_lines_dropped",
+            "Log lines dropped because stderr did not take them in time (a stalled journald, \
+             a pipe nobody reads); the election never waits for its log",
+            crate::logging::lines_dropped_metric(),
+        );
         Metrics(Arc::new(Inner { registry, ..inner }))
     }
 
@@ -266,6 +272,7 @@ mod tests {
             "leaderd_hook_runs_total{hook=\"on_elected\",outcome=\"success\"} 1",
             "leaderd_hook_duration_seconds_count{hook=\"on_elected\",outcome=\"success\"} 1",
             "leaderd_is_leader 0",
+            "# TYPE leaderd_log_lines_dropped counter",
         ] {
             assert!(text.contains(line), "no {line:?} in\n{text}");
         }

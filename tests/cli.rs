@@ -179,6 +179,51 @@ async fn an_unreachable_database_at_start_is_waited_for(backend: Backend) {
     assert!(node.log().contains("database reachable again"));
 }
 
+/// `leaderd status` only reads: a monitoring role with nothing but SELECT on the table gets
+/// the leader (on PostgreSQL, connecting used to prepare the claim and the release, which
+/// are UPDATEs, and such a role got exit 69).
+#[tokio::test(flavor = "multi_thread")]
+async fn status_needs_nothing_but_select() {
+    use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+    let db = TestDb::new(Backend::Postgres);
+    let election = common::unique("watched");
+    // The row to read: a lock run under the election's name leaves it released in term 1.
+    let locked = leaderd()
+        .args(["lock", &election, "--", "true"])
+        .env("LEADERD_DATABASE__URL", &db.url)
+        .output()
+        .unwrap();
+    assert!(locked.status.success(), "{locked:?}");
+    let role = common::unique("monitor");
+    let admin = |sql: String| {
+        let url = db.url.clone();
+        async move {
+            let mut c = AsyncPgConnection::establish(&url).await.unwrap();
+            c.batch_execute(&sql).await.unwrap();
+        }
+    };
+    admin(format!(
+        "CREATE ROLE {role} LOGIN; GRANT SELECT ON service_leader_lock TO {role}"
+    ))
+    .await;
+    let as_monitor = db
+        .url
+        .replace("postgres://postgres@", &format!("postgres://{role}@"));
+    let output = leaderd()
+        .args(["status", "--json"])
+        .env("LEADERD_DATABASE__URL", &as_monitor)
+        .env("LEADERD_ELECTION__NAME", &election)
+        .output()
+        .unwrap();
+    // The role goes before any assertion can fail.
+    admin(format!("DROP OWNED BY {role}; DROP ROLE {role}")).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(status["term"], 1, "{status}");
+    assert_eq!(status["leader"], serde_json::Value::Null, "{status}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn status_of_an_unreachable_database_exits_69() {
     let output = leaderd()

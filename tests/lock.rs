@@ -74,15 +74,21 @@ struct Setup {
 impl Setup {
     /// A database with the table already migrated, so that every process starts level.
     fn new(backend: Backend) -> Setup {
-        let db = TestDb::new(backend);
-        let job = script(&db.dir, "job.sh", JOB);
-        let beats = script(&db.dir, "beats.sh", BEATS);
+        let setup = Setup::fresh(backend);
         let migrated = leaderd()
             .arg("migrate")
-            .env("LEADERD_DATABASE__URL", &db.url)
+            .env("LEADERD_DATABASE__URL", &setup.db.url)
             .output()
             .unwrap();
         assert!(migrated.status.success(), "{migrated:?}");
+        setup
+    }
+
+    /// A database nothing has migrated yet.
+    fn fresh(backend: Backend) -> Setup {
+        let db = TestDb::new(backend);
+        let job = script(&db.dir, "job.sh", JOB);
+        let beats = script(&db.dir, "beats.sh", BEATS);
         Setup {
             db,
             name: unique("nightly-report"),
@@ -182,6 +188,26 @@ async fn only_one_of_five_runs_and_the_others_exit_75_at_once(backend: Backend) 
         "{stderr}"
     );
     assert!(stderr.contains("its lease lapses in"), "{stderr}");
+}
+
+/// Five invocations at once on a fresh database, as cron starts them on the first night:
+/// they migrate in turn, so one runs the job and four exit 75 (not 69 for a lost migration
+/// race). SQLite's race is tried several times.
+async fn five_first_starts_on_a_fresh_database_give_one_run_and_four_75(backend: Backend) {
+    let tries = match backend {
+        Backend::Sqlite => 5,
+        _ => 2,
+    };
+    for _ in 0..tries {
+        let setup = Setup::fresh(backend);
+        let children = (0..5).map(|_| {
+            let mut child = setup.lock(&setup.db.url, &[], &setup.job("3"));
+            async move { exit_code(&mut child, Duration::from_secs(30)).await }
+        });
+        let mut codes = futures_util::future::join_all(children).await;
+        codes.sort();
+        assert_eq!(codes, [0, HELD, HELD, HELD, HELD], "{}", setup.stderr());
+    }
 }
 
 /// With --wait, all five run, one after another: no two runs overlap and every run has a
@@ -518,6 +544,7 @@ escape_tests!(an_escaped_command_ends_with_the_lock, "cgroup", "subreaper");
 
 backend_tests!(postgres = Backend::Postgres =>
     only_one_of_five_runs_and_the_others_exit_75_at_once,
+    five_first_starts_on_a_fresh_database_give_one_run_and_four_75,
     with_wait_all_five_run_in_turn_without_overlap,
     the_command_status_comes_through_and_signals_are_forwarded,
     a_command_that_outlives_several_ttls_keeps_the_lock,
@@ -526,6 +553,7 @@ backend_tests!(postgres = Backend::Postgres =>
 );
 backend_tests!(mysql = Backend::Mysql =>
     only_one_of_five_runs_and_the_others_exit_75_at_once,
+    five_first_starts_on_a_fresh_database_give_one_run_and_four_75,
     with_wait_all_five_run_in_turn_without_overlap,
     the_command_status_comes_through_and_signals_are_forwarded,
     a_command_that_outlives_several_ttls_keeps_the_lock,
@@ -534,6 +562,7 @@ backend_tests!(mysql = Backend::Mysql =>
 );
 backend_tests!(sqlite = Backend::Sqlite =>
     only_one_of_five_runs_and_the_others_exit_75_at_once,
+    five_first_starts_on_a_fresh_database_give_one_run_and_four_75,
     with_wait_all_five_run_in_turn_without_overlap,
     the_command_status_comes_through_and_signals_are_forwarded,
     a_command_that_outlives_several_ttls_keeps_the_lock,

@@ -11,6 +11,7 @@ use common::{
 use nix::sys::signal::Signal;
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Collects notify messages from a socket given to leaderd as NOTIFY_SOCKET.
@@ -198,6 +199,121 @@ async fn sighup_reloads_hooks_and_a_broken_file_is_rejected_without_stopping() {
     );
     node.signal(Signal::SIGTERM);
     assert_eq!(node.wait_exit(Duration::from_secs(5)).await, Some(0));
+}
+
+/// Writes long lines on stdout and stderr as fast as leaderd forwards them (200 lines a
+/// second each, about 1.6 MB a second in all).
+const FLOOD: &str = r#"#!/bin/sh
+line=$(head -c 4000 /dev/zero | tr '\0' x)
+while :; do echo "$line"; echo "$line" >&2; done
+"#;
+
+/// stderr is a pipe nobody reads (a stalled journald) while the leader's command floods
+/// the log: the node keeps its term and its status file for 10 s, the lines it could not
+/// write are counted in /metrics, and once stderr is read again it says how many.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_blocked_stderr_stops_neither_renewals_nor_the_status_file() {
+    let db = TestDb::new(Backend::Sqlite);
+    let flood = script(&db.dir, "flood.sh", FLOOD);
+    let file = db.dir.join("leaderd.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[hooks.leader_command]\ncommand = [\"{}\"]\n",
+            flood.display()
+        ),
+    )
+    .unwrap();
+    let status_path = db.dir.join("a.status.json");
+    let port = common::free_port();
+    let mut child = leaderd()
+        .args(["--config", file.to_str().unwrap(), "run", "--id", "a"])
+        .current_dir(&db.dir)
+        .env("LEADERD_DATABASE__URL", &db.url)
+        .env("LEADERD_ELECTION__INTERVAL", "500ms")
+        .env("LEADERD_STATUS__PATH", &status_path)
+        .env("LEADERD_HTTP__LISTEN", format!("127.0.0.1:{port}"))
+        .env("RUST_LOG", "leaderd=debug")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Open, and not read until the end.
+    let stderr = child.stderr.take().unwrap();
+    let _kill = KillOnDrop(&mut child);
+    let read = || common::StatusFile::read(&status_path);
+    let started = Instant::now();
+    while !read().is_some_and(|s| s.is_leader()) {
+        assert!(started.elapsed() < Duration::from_secs(10), "never led");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let term = read().unwrap().term;
+
+    let watch_until = Instant::now() + Duration::from_secs(10);
+    let mut last_update = read().unwrap().updated_at;
+    let mut updates = 0;
+    while Instant::now() < watch_until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let status = read().unwrap();
+        assert!(status.is_leader() && status.term == term, "{status:?}");
+        if status.updated_at > last_update {
+            updates += 1;
+            last_update = status.updated_at;
+        }
+        let age = std::time::SystemTime::now()
+            .duration_since(status.updated_at)
+            .unwrap_or_default();
+        assert!(
+            age < Duration::from_secs(2),
+            "status file not updated for {age:?}"
+        );
+    }
+    assert!(updates >= 10, "{updates} status file updates in 10 s");
+    let (_, metrics) = http_get(port, "/metrics");
+    let dropped: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("leaderd_log_lines_dropped_total "))
+        .unwrap_or_else(|| panic!("no dropped-lines metric in {metrics}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(dropped > 0, "no line dropped: was stderr ever blocked?");
+    eprintln!("[measured] {updates} status updates in 10 s; {dropped} log lines dropped");
+
+    // Read stderr again: once lines get through, the node says how many it dropped.
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let reader_log = Arc::clone(&log);
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut stderr = stderr;
+        let mut buffer = [0u8; 65536];
+        while let Ok(n @ 1..) = stderr.read(&mut buffer) {
+            reader_log.lock().unwrap().extend_from_slice(&buffer[..n]);
+        }
+    });
+    let said = Instant::now();
+    loop {
+        let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+        if text.contains("log lines dropped while stderr was blocked") {
+            break;
+        }
+        assert!(
+            said.elapsed() < Duration::from_secs(10),
+            "no report of the dropped lines"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Kills a `leaderd run` left behind by a failed test.
+struct KillOnDrop<'a>(&'a mut std::process::Child);
+
+impl Drop for KillOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn status_local(node: &Node, json: bool) -> (i32, String) {

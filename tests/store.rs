@@ -605,3 +605,88 @@ async fn a_lease_held_before_the_term_token_migration_survives_it(backend: Backe
 backend_tests!(postgres = Backend::Postgres => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, the_term_token_tells_which_process_started_the_term, a_lease_held_before_the_term_token_migration_survives_it);
 backend_tests!(mysql = Backend::Mysql => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, the_term_token_tells_which_process_started_the_term, a_lease_held_before_the_term_token_migration_survives_it);
 backend_tests!(sqlite = Backend::Sqlite => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, the_term_token_tells_which_process_started_the_term, a_lease_held_before_the_term_token_migration_survives_it);
+
+/// Migrates on a new connection (statements bounded by the ttl) waiting at most `wait` for
+/// the migration lock; also says how long that took.
+async fn migrate_waiting(
+    url: &DatabaseUrl,
+    wait: Duration,
+) -> (Result<DbConnection, StoreError>, Duration) {
+    let started = Instant::now();
+    let migrated = DbConnection::connect(url, TTL)
+        .await
+        .unwrap()
+        .migrate_waiting(wait)
+        .await;
+    (migrated, started.elapsed())
+}
+
+/// MySQL: a node that cannot take the migration lock within its bound (another node's
+/// migrations hang) does not migrate alongside them; it fails naming the lock, the bound
+/// and what to do. The session's statement limit (the ttl here) does not cut the wait
+/// short.
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_migrations_wait_for_the_lock_and_give_up_at_the_bound() {
+    use diesel_async::{AsyncConnection, AsyncMysqlConnection, SimpleAsyncConnection};
+    let db = TestDb::new(Backend::Mysql);
+    let url = DatabaseUrl::parse(&db.url).unwrap();
+    let mut other_node = AsyncMysqlConnection::establish(&db.url).await.unwrap();
+    other_node
+        .batch_execute("DO GET_LOCK('leaderd_migrations', 5)")
+        .await
+        .unwrap();
+    let (refused, waited) = migrate_waiting(&url, Duration::from_secs(2)).await;
+    other_node
+        .batch_execute("DO RELEASE_LOCK('leaderd_migrations')")
+        .await
+        .unwrap();
+    let error = refused.err().expect("no migrations while the lock is held");
+    assert!(
+        matches!(error, StoreError::MigrationLockTimeout { .. }),
+        "{error}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("(GET_LOCK('leaderd_migrations')) for more than 2s")
+            && message.contains("leaderd migrate"),
+        "{message}"
+    );
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(4),
+        "gave up after {waited:?}"
+    );
+    let mut conn = DbConnection::connect(&url, TTL).await.unwrap();
+    assert!(conn.get("x").await.is_err(), "the table was created anyway");
+    // Free again: the migrations run.
+    let mut conn = conn.migrate().await.unwrap();
+    assert_eq!(conn.get("x").await.unwrap(), None);
+}
+
+/// SQLite: migrations take turns through an exclusive flock beside the database file, and
+/// a node that cannot take it within its bound fails naming it instead of migrating.
+#[tokio::test(flavor = "multi_thread")]
+async fn sqlite_migrations_wait_for_the_flock_and_give_up_at_the_bound() {
+    use nix::fcntl::{Flock, FlockArg};
+    let db = TestDb::new(Backend::Sqlite);
+    let url = DatabaseUrl::parse(&db.url).unwrap();
+    let path = format!("{}.migrations.lock", url.sqlite_path());
+    let file = std::fs::File::create(&path).unwrap();
+    let other_node = Flock::lock(file, FlockArg::LockExclusive).unwrap();
+    let (refused, waited) = migrate_waiting(&url, Duration::from_secs(1)).await;
+    drop(other_node);
+    let message = refused
+        .err()
+        .expect("no migrations while the lock is held")
+        .to_string();
+    assert!(
+        message.contains(&format!("(flock {path}) for more than 1s")),
+        "{message}"
+    );
+    assert!(waited >= Duration::from_secs(1), "gave up after {waited:?}");
+    DbConnection::connect(&url, TTL)
+        .await
+        .unwrap()
+        .migrate()
+        .await
+        .unwrap();
+}

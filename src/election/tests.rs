@@ -22,7 +22,7 @@ struct Node {
 impl Node {
     fn start(table: &MemoryStore, id: &'static str) -> Node {
         let store = table.handle();
-        let settings = ElectionSettings::new(ELECTION, id, TTL, INTERVAL);
+        let settings = ElectionSettings::new(ELECTION, id, TTL, INTERVAL).unwrap();
         let (election, status) = Election::new(settings, store.clone());
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -190,7 +190,9 @@ async fn failing_renewals_demote_before_the_lease_lapses_and_a_follower_takes_ov
     // later.
     until(TTL, &table, &nodes, || b.is_leader()).await;
     let taken_after = last_renewal.elapsed();
-    let spread = ElectionSettings::new(ELECTION, "b", TTL, INTERVAL).lapse_spread();
+    let spread = ElectionSettings::new(ELECTION, "b", TTL, INTERVAL)
+        .unwrap()
+        .lapse_spread();
     assert_eq!(spread, TTL / 64);
     assert!(
         taken_after >= TTL && taken_after <= TTL + spread + STEP * 5,
@@ -628,7 +630,8 @@ async fn start_followers(
     let mut stops = Vec::new();
     for follower in 0..30 {
         tokio::time::sleep(INTERVAL / 30).await;
-        let settings = ElectionSettings::new(ELECTION, &format!("f{follower}"), TTL, INTERVAL);
+        let settings =
+            ElectionSettings::new(ELECTION, &format!("f{follower}"), TTL, INTERVAL).unwrap();
         let store = table.handle();
         store.set_faults(faults.clone());
         let (mut election, _status) = Election::new(settings, store);
@@ -725,7 +728,7 @@ async fn round_reports_count_the_statements_sent() {
     let table = MemoryStore::new();
     let store = table.handle();
     let (mut election, _status) = Election::new(
-        ElectionSettings::new(ELECTION, "a", TTL, INTERVAL),
+        ElectionSettings::new(ELECTION, "a", TTL, INTERVAL).unwrap(),
         store.clone(),
     );
     let reports = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -761,7 +764,7 @@ async fn round_reports_count_the_statements_sent() {
 #[tokio::test(start_paused = true)]
 async fn role_changes_are_reported_as_events_in_order() {
     let table = MemoryStore::new();
-    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL);
+    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL).unwrap();
     let store = table.handle();
     let (mut election, status) = Election::new(settings, store.clone());
     let mut events = election.events();
@@ -801,7 +804,7 @@ async fn role_changes_are_reported_as_events_in_order() {
 #[tokio::test(start_paused = true)]
 async fn a_closed_claim_gate_takes_no_lease_but_keeps_the_one_held() {
     let table = MemoryStore::new();
-    let settings = |id: &str| ElectionSettings::new(ELECTION, id, TTL, INTERVAL);
+    let settings = |id: &str| ElectionSettings::new(ELECTION, id, TTL, INTERVAL).unwrap();
     let (leader, leader_status) = Election::new(settings("a"), table.handle());
     let leader_gate = leader.claim_gate();
     let (follower, follower_status) = Election::new(settings("b"), table.handle());
@@ -835,7 +838,7 @@ async fn a_closed_claim_gate_takes_no_lease_but_keeps_the_one_held() {
 #[tokio::test(start_paused = true)]
 async fn a_resigning_leader_releases_and_claims_nothing_for_one_ttl() {
     let table = MemoryStore::new();
-    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL);
+    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL).unwrap();
     let (mut election, status) = Election::new(settings, table.handle());
     let resign = election.resign_handle();
     tokio::spawn(election.run(std::future::pending()));
@@ -886,7 +889,7 @@ impl SleepingHost {
 }
 
 fn start_on_sleeping_host(store: &MemoryStore, host: &SleepingHost) -> watch::Receiver<Status> {
-    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL);
+    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL).unwrap();
     let (mut election, status) = Election::new(settings, store.clone());
     election.set_boot_clock(host.clock());
     tokio::spawn(election.run(std::future::pending()));
@@ -947,7 +950,7 @@ async fn a_renewal_answered_after_the_host_slept_is_not_trusted() {
 #[tokio::test(start_paused = true)]
 async fn a_release_waits_until_the_status_is_durable() {
     let table = MemoryStore::new();
-    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL);
+    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL).unwrap();
     let (mut election, status) = Election::new(settings, table.handle());
     let (durable, durable_versions) = watch::channel(0);
     election.release_after(durable_versions);
@@ -975,7 +978,7 @@ async fn a_release_waits_until_the_status_is_durable() {
 #[tokio::test(start_paused = true)]
 async fn a_status_never_made_durable_lets_the_lease_lapse_unreleased() {
     let table = MemoryStore::new();
-    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL);
+    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL).unwrap();
     let (mut election, status) = Election::new(settings, table.handle());
     let (_durable, durable_versions) = watch::channel(0);
     election.release_after(durable_versions);
@@ -998,7 +1001,7 @@ async fn a_status_never_made_durable_lets_the_lease_lapse_unreleased() {
 #[tokio::test(start_paused = true)]
 async fn a_resign_of_a_term_already_over_is_ignored() {
     let table = MemoryStore::new();
-    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL);
+    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL).unwrap();
     let (mut election, status) = Election::new(settings, table.handle());
     let resign = election.resign_handle();
     tokio::spawn(election.run(std::future::pending()));
@@ -1022,7 +1025,7 @@ async fn a_gate_closed_while_a_read_is_on_its_way_stops_the_claim_after_it() {
         latency: Duration::from_millis(50),
         ..Faults::default()
     });
-    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL);
+    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL).unwrap();
     let (election, status) = Election::new(settings, store);
     let gate = election.claim_gate();
     tokio::spawn(election.run(std::future::pending()));

@@ -101,6 +101,13 @@ pub enum StoreError {
     QueryTimeout { after: Duration },
     #[error("migrations failed: {0}")]
     Migration(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error(
+        "another node held the migration lock ({lock}) for more than {}, so the migrations \
+         were not run: retry; if it stays held, find what holds it, or run `leaderd \
+         migrate` once and set database.migrate = false on the nodes",
+        humantime::format_duration(*.waited)
+    )]
+    MigrationLockTimeout { lock: String, waited: Duration },
     #[error("database task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
 }
@@ -114,7 +121,7 @@ impl StoreError {
             StoreError::Query(_) => "query",
             StoreError::SchemaOutdated { .. } => "schema_outdated",
             StoreError::QueryTimeout { .. } => "query_timeout",
-            StoreError::Migration(_) => "migration",
+            StoreError::Migration(_) | StoreError::MigrationLockTimeout { .. } => "migration",
             StoreError::Task(_) => "task",
         }
     }
@@ -190,6 +197,8 @@ pub struct SqlStore {
     conn: Option<DbConnection>,
     /// Apply the embedded migrations on the next connection (cleared once they ran).
     migrate_on_connect: bool,
+    /// Connections run nothing but the operations asked for (see [`SqlStore::read_only`]).
+    read_only: bool,
 }
 
 /// What a connection opened for an operation does before it.
@@ -211,7 +220,17 @@ impl SqlStore {
             timeouts,
             conn: None,
             migrate_on_connect,
+            read_only: false,
         }
+    }
+
+    /// For a store that will only [`LeaseStore::get`] (`leaderd status`): connecting
+    /// neither migrates nor prepares the handover statements, which are UPDATEs, so a
+    /// monitoring role that may only SELECT can use it.
+    pub fn read_only(mut self) -> Self {
+        self.migrate_on_connect = false;
+        self.read_only = true;
+        self
     }
 
     /// Connects now (applying migrations if asked to) instead of on the first operation.
@@ -237,6 +256,10 @@ impl SqlStore {
         let url = Arc::clone(&self.url);
         let timeouts = self.timeouts;
         let migrate = self.migrate_on_connect;
+        let opening = match self.read_only {
+            true => Opening::Plain,
+            false => opening,
+        };
         let task = tokio::spawn(async move {
             let mut conn = match conn {
                 Some(conn) => conn,

@@ -17,6 +17,8 @@ use diesel_async::{
     SimpleAsyncConnection, sync_connection_wrapper::SyncConnectionWrapper,
 };
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 use std::time::{Duration, SystemTime};
 
 use super::{LeaseRow, ProcessToken, StoreError};
@@ -258,6 +260,95 @@ macro_rules! on_connection {
     };
 }
 
+/// The MySQL named lock through which nodes take turns to migrate.
+const MYSQL_MIGRATION_LOCK: &str = "leaderd_migrations";
+
+/// How long a node waits for another node's migrations (MySQL, SQLite).
+pub const MIGRATION_LOCK_WAIT: Duration = Duration::from_secs(10);
+
+#[derive(QueryableByName)]
+struct LockTaken {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    taken: Option<i64>,
+}
+
+/// Takes MySQL's migration lock, waiting up to `wait`. GET_LOCK answers 1 once taken, 0
+/// when the wait ran out, and NULL when interrupted: by the session's statement limit,
+/// too, so that limit is lifted for this statement where MariaDB allows it (MySQL has no
+/// `SET STATEMENT`). Anything but 1 means another node may be migrating: do not migrate.
+async fn lock_mysql_migrations(
+    conn: &mut AsyncMysqlConnection,
+    wait: Duration,
+) -> Result<(), StoreError> {
+    let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
+    let get_lock =
+        format!("SELECT CAST(GET_LOCK('{MYSQL_MIGRATION_LOCK}', {seconds}) AS SIGNED) AS taken");
+    let unlimited = format!("SET STATEMENT max_statement_time = 0 FOR {get_lock}");
+    let answer: Vec<LockTaken> = match diesel::sql_query(&unlimited).load(conn).await {
+        Ok(answer) => answer,
+        Err(_) => diesel::sql_query(&get_lock).load(conn).await?,
+    };
+    match answer.as_slice() {
+        [LockTaken { taken: Some(1) }] => Ok(()),
+        _ => Err(StoreError::MigrationLockTimeout {
+            lock: format!("GET_LOCK('{MYSQL_MIGRATION_LOCK}')"),
+            waited: Duration::from_secs(seconds),
+        }),
+    }
+}
+
+#[derive(QueryableByName)]
+struct DatabaseFile {
+    #[diesel(sql_type = Text)]
+    file: String,
+}
+
+/// How often a node that waits for another's SQLite migrations tries the lock again.
+const SQLITE_LOCK_RETRY: Duration = Duration::from_millis(10);
+
+/// Takes turns with the other processes on this database file: the migration harness
+/// checks what is applied and then records it, so two first starts at once would both
+/// apply and one would fail. The lock is an exclusive `flock` on a file beside the
+/// database, not on the database itself: closing a second descriptor of it would drop
+/// SQLite's own POSIX locks. Held until the returned lock is dropped; `None` for an
+/// in-memory database, which nobody shares.
+async fn lock_sqlite_migrations(
+    conn: &mut SyncConnectionWrapper<diesel::SqliteConnection>,
+    wait: Duration,
+) -> Result<Option<Flock<std::fs::File>>, StoreError> {
+    let main: Vec<DatabaseFile> =
+        diesel::sql_query("SELECT file FROM pragma_database_list WHERE name = 'main'")
+            .load(conn)
+            .await?;
+    let Some(DatabaseFile { file }) = main.into_iter().next().filter(|f| !f.file.is_empty()) else {
+        return Ok(None);
+    };
+    let path = format!("{file}.migrations.lock");
+    let mut lock_file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|error| StoreError::Migration(Box::new(error)))?;
+    let give_up_at = tokio::time::Instant::now() + wait;
+    loop {
+        match Flock::lock(lock_file, FlockArg::LockExclusiveNonblock) {
+            Ok(locked) => return Ok(Some(locked)),
+            Err((file, Errno::EWOULDBLOCK)) if tokio::time::Instant::now() < give_up_at => {
+                lock_file = file;
+                tokio::time::sleep(SQLITE_LOCK_RETRY).await;
+            }
+            Err((_, Errno::EWOULDBLOCK)) => {
+                return Err(StoreError::MigrationLockTimeout {
+                    lock: format!("flock {path}"),
+                    waited: wait,
+                });
+            }
+            Err((_, errno)) => return Err(StoreError::Migration(Box::new(errno))),
+        }
+    }
+}
+
 fn run_migrations<C>(conn: C, migrations: EmbeddedMigrations) -> Result<C, StoreError>
 where
     C: AsyncConnection + 'static,
@@ -362,17 +453,23 @@ impl DbConnection {
     }
 
     /// Applies the embedded migrations of this backend. Nodes that start together take
-    /// turns through a database lock where the backend has one; elsewhere the migrations
-    /// are idempotent and a loser of the race simply retries.
+    /// turns: an advisory lock on PostgreSQL, GET_LOCK on MySQL, an exclusive flock on a file
+    /// beside the database on SQLite.
     ///
     /// The harness is synchronous (it blocks on the async connection inside), so it runs
     /// on a blocking thread where a caller's timeout can still fire.
     pub async fn migrate(self) -> Result<Self, StoreError> {
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || handle.block_on(self.migrate_here())).await?
+        self.migrate_waiting(MIGRATION_LOCK_WAIT).await
     }
 
-    async fn migrate_here(self) -> Result<Self, StoreError> {
+    /// [`DbConnection::migrate`], waiting at most `lock_wait` for another node's
+    /// migrations on MySQL (whole seconds, at least one).
+    pub async fn migrate_waiting(self, lock_wait: Duration) -> Result<Self, StoreError> {
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || handle.block_on(self.migrate_here(lock_wait))).await?
+    }
+
+    async fn migrate_here(self, lock_wait: Duration) -> Result<Self, StoreError> {
         match self {
             DbConnection::Postgres(mut conn) => {
                 conn.batch_execute("SELECT pg_advisory_lock(7026111822)")
@@ -383,17 +480,19 @@ impl DbConnection {
                 Ok(DbConnection::Postgres(conn))
             }
             DbConnection::Mysql(mut conn) => {
-                conn.batch_execute("DO GET_LOCK('leaderd_migrations', 10)")
-                    .await?;
+                lock_mysql_migrations(&mut conn, lock_wait).await?;
                 let mut conn = run_migrations(conn, MYSQL_MIGRATIONS)?;
-                conn.batch_execute("DO RELEASE_LOCK('leaderd_migrations')")
+                conn.batch_execute(&format!("DO RELEASE_LOCK('{MYSQL_MIGRATION_LOCK}')"))
                     .await?;
                 Ok(DbConnection::Mysql(conn))
             }
-            DbConnection::Sqlite(conn) => Ok(DbConnection::Sqlite(run_migrations(
-                conn,
-                SQLITE_MIGRATIONS,
-            )?)),
+            DbConnection::Sqlite(mut conn) => {
+                let _turn = lock_sqlite_migrations(&mut conn, lock_wait).await?;
+                Ok(DbConnection::Sqlite(run_migrations(
+                    conn,
+                    SQLITE_MIGRATIONS,
+                )?))
+            }
         }
     }
 
