@@ -9,6 +9,9 @@
 //! * after every fault clears, a leader exists again within ttl + interval (plus slack for
 //!   a loaded machine).
 //!
+//! Odd nodes run their leader_command in a session of its own (`setsid`), out of reach of
+//! a signal to the hook's process group: the guard must end it all the same.
+//!
 //! The seed is printed; `LEADERD_FAULT_SEED=N cargo test --test faults` replays a run.
 
 #[macro_use]
@@ -71,6 +74,8 @@ const FAULTS: [Fault; 7] = [
 struct Cluster {
     db: TestDb,
     settings: NodeSettings,
+    /// For odd nodes: the leader_command runs in a session of its own.
+    own_session: NodeSettings,
     ids: Vec<String>,
     proxies: Vec<Proxy>,
     nodes: Vec<Node>,
@@ -80,7 +85,11 @@ struct Cluster {
 impl Cluster {
     fn start_node(&self, index: usize) -> Node {
         let url = self.db.url_via(self.proxies[index].addr);
-        start(&self.db, &self.settings, &self.ids[index], &url)
+        let settings = match index % 2 {
+            0 => &self.settings,
+            _ => &self.own_session,
+        };
+        start(&self.db, settings, &self.ids[index], &url)
     }
 
     /// The index of the node whose status file says it leads (validly), if any.
@@ -224,6 +233,22 @@ on_demoted = ["RECORD", "demoted"]
 leader_command = { command = ["COMMAND"], stop_timeout = "200ms" }
 "#,
     );
+    // Odd nodes start their leader_command through `setsid --fork --wait`: the beating
+    // script runs in a session of its own, outside the guard's process group, and must
+    // still end with the fence.
+    let own_session = {
+        let file = settings.config_file.clone().unwrap();
+        let text = std::fs::read_to_string(&file).unwrap().replace(
+            r#"command = [""#,
+            r#"command = ["setsid", "--fork", "--wait", ""#,
+        );
+        let own = db.dir.join("hooks-own-session.toml");
+        std::fs::write(&own, text).unwrap();
+        NodeSettings {
+            config_file: Some(own),
+            ..settings.clone()
+        }
+    };
     let count = 3 + rng.below(3);
     let mut proxies = Vec::new();
     for _ in 0..count {
@@ -232,6 +257,7 @@ leader_command = { command = ["COMMAND"], stop_timeout = "200ms" }
     let mut cluster = Cluster {
         ids: (0..count).map(|i| format!("n{i}")).collect(),
         settings,
+        own_session,
         proxies,
         nodes: Vec::new(),
         sampler: Sampler::new(),
