@@ -8,8 +8,8 @@ use common::escape::{Ending, Escape, Heartbeat};
 use common::proxy::{Mode, Proxy};
 use common::records::{Record, check_no_overlap, hooks_config, records, runs, start};
 use common::{
-    Backend, Node, Sampler, StatusFile, TestDb, now_ns, script, status_json, wait_agreed,
-    wait_new_leader,
+    Backend, Node, NodeSettings, Sampler, StatusFile, TestDb, now_ns, script, status_json,
+    wait_agreed, wait_new_leader,
 };
 use nix::sys::signal::Signal;
 use std::time::Duration;
@@ -356,7 +356,12 @@ sleep 1.5
 echo "$LEADERD_NODE_ID end ${LEADERD_TERM} $(date +%s%N)" >> "$RECORD_DIR/events.$LEADERD_NODE_ID"
 "#,
     );
-    let settings = hooks_config(&db, &format!("while_leader = [\"{}\"]\n", slow.display()));
+    // A renew margin of a second, not 200 ms: the test is about the hook's ticks, and a
+    // lease lost to a starved machine would cut a run short.
+    let settings = NodeSettings {
+        ttl: Duration::from_secs(2),
+        ..hooks_config(&db, &format!("while_leader = [\"{}\"]\n", slow.display()))
+    };
     let nodes = [
         start(&db, &settings, "a", &db.url),
         start(&db, &settings, "b", &db.url),
@@ -751,7 +756,12 @@ escape_tests!(
 async fn a_fenced_hook_leaves_nothing_behind(hook: &str, mode: &str) {
     let db = TestDb::new(Backend::Sqlite);
     let beat = Heartbeat::new(&db.dir);
-    let settings = hooks_config(&db, &beat.hook_table(hook, Escape::LeftBehind));
+    // A renew margin of a second: the node must keep its term throughout on a loaded
+    // machine, so that only the hook's own runs come and go.
+    let settings = NodeSettings {
+        ttl: Duration::from_secs(2),
+        ..hooks_config(&db, &beat.hook_table(hook, Escape::LeftBehind))
+    };
     let node = Node::start_with_env(
         &db,
         &settings,
