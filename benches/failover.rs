@@ -229,7 +229,7 @@ async fn scale(
     connections: usize,
     duration: Duration,
 ) -> Scale {
-    use leaderd::config::DatabaseUrl;
+    use leaderd::store::DatabaseUrl;
     use leaderd::election::{Election, ElectionSettings, Role};
     use leaderd::store::shared::SharedStore;
     use leaderd::store::{LeaseStore, Timeouts};

@@ -1,10 +1,11 @@
 //! Configuration: a TOML file plus `LEADERD_<SECTION>__<KEY>` environment overrides,
 //! validated into [`Config`]. Every error names the offending key and value.
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::election::settings::{self, Setting, SettingsError};
 use crate::hooks::HooksConfig;
+use crate::store::{DatabaseUrl, UrlError};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -75,97 +76,9 @@ impl From<SettingsError> for ConfigError {
     }
 }
 
-/// Which database a URL points at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    Postgres,
-    Mysql,
-    Sqlite,
-}
-
-/// A database URL whose password never reaches a log line: `Display` and `Debug` redact it,
-/// and only [`DatabaseUrl::expose`] gives the real text to the driver.
-#[derive(Clone, PartialEq, Eq)]
-pub struct DatabaseUrl {
-    url: String,
-    backend: Backend,
-}
-
-impl DatabaseUrl {
-    pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let bad = |reason: &str| invalid("database.url", redact(text), reason);
-        let (scheme, _) = text
-            .split_once("://")
-            .ok_or_else(|| bad("expected postgres://…, mysql://… or sqlite://PATH"))?;
-        let (backend, url) = match scheme {
-            "postgres" | "postgresql" => (Backend::Postgres, text.to_owned()),
-            "mysql" => (Backend::Mysql, text.to_owned()),
-            // mysql_async only accepts the mysql scheme; the protocol is the same.
-            "mariadb" => (Backend::Mysql, format!("mysql{}", &text["mariadb".len()..])),
-            "sqlite" => (Backend::Sqlite, text.to_owned()),
-            other => {
-                return Err(bad(&format!(
-                    "unknown scheme {other:?}; expected postgres, postgresql, mysql, mariadb or sqlite"
-                )));
-            }
-        };
-        let parsed = DatabaseUrl { url, backend };
-        match backend {
-            Backend::Sqlite if parsed.sqlite_path().is_empty() => {
-                return Err(bad(
-                    "sqlite URLs need a file path, e.g. sqlite://leaderd.sqlite3",
-                ));
-            }
-            Backend::Sqlite => {}
-            _ => {
-                url::Url::parse(&parsed.url).map_err(|e| bad(&format!("not a valid URL: {e}")))?;
-            }
-        }
-        Ok(parsed)
-    }
-
-    pub fn backend(&self) -> Backend {
-        self.backend
-    }
-
-    /// The URL with its password, for the database driver only.
-    pub fn expose(&self) -> &str {
-        &self.url
-    }
-
-    /// For `sqlite://PATH`: the file path (`sqlite:///abs/path` is absolute).
-    pub fn sqlite_path(&self) -> &str {
-        self.url.strip_prefix("sqlite://").unwrap_or(&self.url)
-    }
-
-    pub fn redacted(&self) -> String {
-        redact(&self.url)
-    }
-}
-
-fn redact(text: &str) -> String {
-    match url::Url::parse(text) {
-        Ok(mut url) if url.password().is_some() => {
-            let _ = url.set_password(Some("***"));
-            url.to_string()
-        }
-        Ok(_) => text.to_owned(),
-        // Unparseable: keep the scheme and host part only if there is no credential in it.
-        Err(_) if text.contains('@') => "<redacted>".to_owned(),
-        Err(_) => text.to_owned(),
-    }
-}
-
-impl fmt::Display for DatabaseUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.redacted())
-    }
-}
-
-impl fmt::Debug for DatabaseUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DatabaseUrl({})", self.redacted())
+impl From<UrlError> for ConfigError {
+    fn from(error: UrlError) -> Self {
+        invalid("database.url", error.url, error.reason)
     }
 }
 
@@ -535,7 +448,7 @@ mod tests {
         assert_eq!(c.ttl, Duration::from_millis(1200));
         assert_eq!(c.interval, Duration::from_secs(1));
         assert_eq!(c.query_timeout, c.ttl);
-        assert_eq!(c.database_url.backend(), Backend::Sqlite);
+        assert_eq!(c.database_url.backend(), crate::store::Backend::Sqlite);
         assert_eq!(c.database_url.sqlite_path(), "leaderd.sqlite3");
         assert!(c.migrate);
     }
@@ -616,9 +529,6 @@ mod tests {
 
     #[test]
     fn passwords_are_redacted() {
-        let url = DatabaseUrl::parse("postgres://app:s3cret@db:5432/app").unwrap();
-        assert_eq!(url.to_string(), "postgres://app:***@db:5432/app");
-        assert!(!format!("{url:?}").contains("s3cret"));
         let e = error("[database]\nurl = \"ftp://u:s3cret@h/x\"\n", &[]);
         assert!(!e.contains("s3cret"), "{e}");
         let c = load(
@@ -627,12 +537,5 @@ mod tests {
         )
         .unwrap();
         assert!(!c.to_toml_redacted().contains("s3cret"));
-    }
-
-    #[test]
-    fn mariadb_scheme_is_mysql() {
-        let url = DatabaseUrl::parse("mariadb://root@127.0.0.1:3306/test").unwrap();
-        assert_eq!(url.backend(), Backend::Mysql);
-        assert_eq!(url.expose(), "mysql://root@127.0.0.1:3306/test");
     }
 }

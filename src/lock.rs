@@ -9,7 +9,7 @@
 //! ahead of the lapse on the database.
 //!
 //! ```
-//! use leaderd::config::DatabaseUrl;
+//! use leaderd::store::DatabaseUrl;
 //! use leaderd::lock::{LockError, LockOptions};
 //! use leaderd::store::{SqlStore, Timeouts};
 //! use std::time::Duration;

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio::time::timeout;
 use tracing::{debug, info};
 
-use crate::config::DatabaseUrl;
+use super::DatabaseUrl;
 
 /// The channel the release statement notifies (see `sql.rs`); the payload is the name.
 pub const CHANNEL: &str = "leaderd_release";

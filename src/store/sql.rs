@@ -22,7 +22,7 @@ use nix::fcntl::{Flock, FlockArg};
 use std::time::{Duration, SystemTime};
 
 use super::{LeaseRow, ProcessToken, StoreError};
-use crate::config::{Backend, DatabaseUrl};
+use super::{Backend, DatabaseUrl};
 
 const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
 const MYSQL_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/mysql");
