@@ -14,7 +14,7 @@ use super::round::{Outcome, RoundError};
 use super::run::RenewRequest;
 use super::settings::ElectionSettings;
 use super::status::{Role, RoleEvent, RoundObserver, RoundReport, Status};
-use crate::store::ProcessToken;
+use crate::store::{ProcessToken, StoreError};
 
 /// How often a leader looks at CLOCK_BOOTTIME for its deadline: its timers would not
 /// notice that the host slept.
@@ -73,6 +73,9 @@ pub(super) struct Candidacy {
     pub(super) foreign_term_warned: Option<i64>,
     /// Where role changes go, if anyone listens.
     pub(super) events: Option<mpsc::UnboundedSender<RoleEvent>>,
+    /// Where the errors of failed rounds go, if anyone listens (the status carries only
+    /// their text).
+    pub(super) round_errors: Option<mpsc::UnboundedSender<StoreError>>,
     /// After resigning, do not claim before this instant, so another node takes over.
     pub(super) no_claim_until: Option<Instant>,
     /// Whether this node has held the lease in any term.
@@ -243,6 +246,10 @@ impl Candidacy {
                     warn!(%error, kind = error.kind(), election = %settings.name, "database round failed; retrying");
                 } else {
                     debug!(%error, failures = self.failures, "database round failed again");
+                }
+                // Before the status that reports it: whoever sees that finds the error.
+                if let Some(errors) = &self.round_errors {
+                    let _ = errors.send(error);
                 }
                 if !self.is_leading() {
                     let term = self.status.borrow().term;

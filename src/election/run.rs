@@ -120,6 +120,7 @@ impl<S: LeaseStore> Election<S> {
             token: ProcessToken::random(),
             foreign_term_warned: None,
             events: None,
+            round_errors: None,
             no_claim_until: None,
             held_any: false,
             observed_lapse: None,
@@ -194,6 +195,14 @@ impl<S: LeaseStore> Election<S> {
     #[cfg(test)]
     pub(crate) fn set_boot_clock(&mut self, boot: super::BootClock) {
         self.candidacy.boot = boot;
+    }
+
+    /// The errors of failed rounds from now on, in order, each sent before the status that
+    /// reports it (whose [`Status::error`] holds only its text).
+    pub fn round_errors(&mut self) -> mpsc::UnboundedReceiver<StoreError> {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        self.candidacy.round_errors = Some(sender);
+        receiver
     }
 
     /// The node's role changes from now on, in order.
