@@ -2,12 +2,12 @@
 //! watch channel after every round), its [`RoleEvent`]s in order, and a [`RoundReport`]
 //! per round for observers such as metrics and the systemd watchdog.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Before the first successful round, while the database is unreachable, after the
