@@ -5,6 +5,7 @@
 //! multi-statement transaction, and a connection is dropped after any error, timeout or
 //! cancellation, so it is never reused in an unknown state.
 
+mod dialect;
 #[cfg(any(test, feature = "test-util"))]
 pub mod memory;
 mod notify;
