@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-core=(src/store src/election src/election.rs src/lock src/lock.rs)
+core=(src/store src/election src/lock src/lock.rs)
 daemon_side='config|daemon|cli|hooks|http|metrics|systemd|status_file|logging|signals'
 # `crate::config`, `crate::{config, …}`, and `leaderd::config` in doc examples.
 pattern="(crate|leaderd)::(\{[^}]*\b)?($daemon_side)\b"

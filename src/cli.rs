@@ -10,11 +10,11 @@ use tracing::info;
 
 use crate::config::{Config, ConfigError};
 use crate::daemon::{self, ConfigSource, store};
+use crate::election::Role;
 use crate::election::settings::id_with_suffix;
 use crate::hooks::{self, HookContext};
 use crate::lock::{LockError, LockOptions};
 use crate::logging::{self, LogFormat};
-use crate::election::Role;
 use crate::signals;
 use crate::status_file::StatusDocument;
 use crate::store::{LeaseStore, StoreError};

@@ -279,8 +279,10 @@ impl<S: LeaseStore> Election<S> {
             let started = Instant::now();
             let hold = candidacy.hold;
             let done_with_claims = claims.is_closed() || (single_term && candidacy.held_any);
-            let may_claim =
-                !done_with_claims && candidacy.no_claim_until.is_none_or(|until| started >= until);
+            let may_claim = !done_with_claims
+                && candidacy
+                    .no_claim_until
+                    .is_none_or(|until| started >= until);
             // Closed again just before each claim: a stop may come between a read and it.
             let claims_gate = claims.clone();
             let may_claim_now = move || may_claim && !claims_gate.is_closed();

@@ -5,7 +5,6 @@
 use std::fmt;
 use std::time::Duration;
 
-
 /// The longest election name or node id: both go into VARCHAR(100) columns (see the
 /// migrations). MySQL's `INSERT IGNORE` would cut a longer name short, and the row it
 /// made would never be found again.
