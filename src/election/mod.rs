@@ -1,5 +1,6 @@
 //! One node's part in an election: a loop that claims or renews the lease through a
-//! [`LeaseStore`] and publishes this node's [`Status`] on a watch channel.
+//! [`LeaseStore`](crate::store::LeaseStore) and publishes this node's [`Status`] on a
+//! watch channel.
 //!
 //! Safety rests on two clocks that are never compared with each other. The database clock
 //! decides, inside each statement, whether a lease is live. This node's monotonic clock
@@ -9,7 +10,7 @@
 //! before this node has stopped acting as leader. A renewal whose answer comes back after
 //! that instant is not trusted again: leadership resumes only with a new term.
 //!
-//! The module, one concern per file, each depending only on those above it:
+//! One concern per file:
 //! - `settings`: [`ElectionSettings`] and the rules every name and timing must meet.
 //! - `status`: what the election publishes ([`Status`], [`Role`], [`RoleEvent`],
 //!   [`RoundReport`]).

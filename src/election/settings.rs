@@ -1,6 +1,7 @@
-//! The rules every election and lock setting must meet, in one place: the configuration,
-//! `leaderd lock` and library callers all go through [`ElectionSettings::new`] or the
-//! checks below, so a value the table cannot hold never reaches the database.
+//! [`ElectionSettings`], and the rules every election and lock setting must meet, in one
+//! place: the configuration, `leaderd lock` and library callers all go through
+//! [`ElectionSettings::new`] or the checks below, so a value the table cannot hold never
+//! reaches the database.
 
 use std::fmt;
 use std::time::Duration;
