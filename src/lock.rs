@@ -9,9 +9,7 @@
 //! ahead of the lapse on the database.
 //!
 //! ```
-//! use leaderd::store::DatabaseUrl;
-//! use leaderd::lock::{LockError, LockOptions};
-//! use leaderd::store::{SqlStore, Timeouts};
+//! use leaderd::{DatabaseUrl, LockError, LockOptions, SqlStore, Timeouts};
 //! use std::time::Duration;
 //!
 //! # #[tokio::main(flavor = "multi_thread")]
