@@ -229,8 +229,8 @@ async fn scale(
     connections: usize,
     duration: Duration,
 ) -> Scale {
-    use leaderd::config::DatabaseUrl;
     use leaderd::election::{Election, ElectionSettings, Role};
+    use leaderd::store::DatabaseUrl;
     use leaderd::store::shared::SharedStore;
     use leaderd::store::{LeaseStore, Timeouts};
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

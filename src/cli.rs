@@ -10,11 +10,13 @@ use tracing::info;
 
 use crate::config::{Config, ConfigError};
 use crate::daemon::{self, ConfigSource, store};
+use crate::election::Role;
 use crate::election::settings::id_with_suffix;
 use crate::hooks::{self, HookContext};
 use crate::lock::{LockError, LockOptions};
 use crate::logging::{self, LogFormat};
 use crate::signals;
+use crate::status_file::StatusDocument;
 use crate::store::{LeaseStore, StoreError};
 
 /// Configuration errors (sysexits.h EX_CONFIG).
@@ -405,27 +407,28 @@ fn local_status(config: &Config, json: bool) -> ExitCode {
             return ExitCode::from(EXIT_STATUS_UNKNOWN);
         }
     };
-    let document: serde_json::Value = match serde_json::from_str(&text) {
+    let document: StatusDocument = match serde_json::from_str(&text) {
         Ok(document) => document,
         Err(error) => {
             eprintln!(
-                "leaderd: status file {} is not JSON: {error}",
+                "leaderd: status file {} is not a leaderd status document: {error}",
                 path.display()
             );
             return ExitCode::from(EXIT_STATUS_UNKNOWN);
         }
     };
-    let field = |key: &str| document.get(key).and_then(|v| v.as_str());
-    let valid_until = field("valid_until").and_then(|t| humantime::parse_rfc3339(t).ok());
+    let valid_until = humantime::parse_rfc3339(&document.valid_until).ok();
     let fresh = valid_until.is_some_and(|until| until > std::time::SystemTime::now());
-    let role = field("role").unwrap_or("unknown");
+    let role = document.role;
     if json {
         print!("{text}");
     } else {
-        let leader = field("leader").unwrap_or("none");
+        let role = role.as_str();
+        let leader = document.leader.as_deref().unwrap_or("none");
+        // As the document has it: `null` while no term is known.
         let term = document
-            .get("term")
-            .map_or("none".to_owned(), |t| t.to_string());
+            .term
+            .map_or("null".to_owned(), |term| term.to_string());
         let stale = if fresh {
             ""
         } else {
@@ -434,8 +437,8 @@ fn local_status(config: &Config, json: bool) -> ExitCode {
         println!("{role} (leader {leader}, term {term}){stale}");
     }
     match role {
-        "leader" if fresh => ExitCode::SUCCESS,
-        "follower" if fresh => ExitCode::from(EXIT_FOLLOWER),
+        Role::Leader if fresh => ExitCode::SUCCESS,
+        Role::Follower if fresh => ExitCode::from(EXIT_FOLLOWER),
         _ => ExitCode::from(EXIT_STATUS_UNKNOWN),
     }
 }

@@ -1,31 +1,15 @@
 //! Configuration: a TOML file plus `LEADERD_<SECTION>__<KEY>` environment overrides,
-//! validated into [`Config`]. Every error names the offending key and value.
+//! validated into [`Config`]. Every error names the offending key and value. This file
+//! holds the typed values, their errors and their TOML form; reading them is `load.rs`.
 
-use serde::{Deserialize, Serialize};
+mod load;
 
-use crate::election::settings::{self, Setting, SettingsError};
+use crate::election::settings::{Setting, SettingsError};
 use crate::hooks::HooksConfig;
-use std::collections::HashMap;
+use crate::store::{DatabaseUrl, UrlError};
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
-
-/// Every key leaderd reads, by section. Anything else is an error, so a typo such as
-/// `election.tll` is caught instead of silently running with the default.
-const KNOWN_KEYS: &[(&str, &[&str])] = &[
-    ("node", &["id"]),
-    ("election", &["name", "ttl", "interval"]),
-    (
-        "database",
-        &["url", "connect_timeout", "query_timeout", "migrate"],
-    ),
-    ("status", &["path"]),
-    ("log", &["level"]),
-    ("http", &["listen"]),
-    ("hooks", crate::hooks::config::HOOK_KEYS),
-];
-
-const ENV_PREFIX: &str = "LEADERD_";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -75,97 +59,9 @@ impl From<SettingsError> for ConfigError {
     }
 }
 
-/// Which database a URL points at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    Postgres,
-    Mysql,
-    Sqlite,
-}
-
-/// A database URL whose password never reaches a log line: `Display` and `Debug` redact it,
-/// and only [`DatabaseUrl::expose`] gives the real text to the driver.
-#[derive(Clone, PartialEq, Eq)]
-pub struct DatabaseUrl {
-    url: String,
-    backend: Backend,
-}
-
-impl DatabaseUrl {
-    pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let bad = |reason: &str| invalid("database.url", redact(text), reason);
-        let (scheme, _) = text
-            .split_once("://")
-            .ok_or_else(|| bad("expected postgres://…, mysql://… or sqlite://PATH"))?;
-        let (backend, url) = match scheme {
-            "postgres" | "postgresql" => (Backend::Postgres, text.to_owned()),
-            "mysql" => (Backend::Mysql, text.to_owned()),
-            // mysql_async only accepts the mysql scheme; the protocol is the same.
-            "mariadb" => (Backend::Mysql, format!("mysql{}", &text["mariadb".len()..])),
-            "sqlite" => (Backend::Sqlite, text.to_owned()),
-            other => {
-                return Err(bad(&format!(
-                    "unknown scheme {other:?}; expected postgres, postgresql, mysql, mariadb or sqlite"
-                )));
-            }
-        };
-        let parsed = DatabaseUrl { url, backend };
-        match backend {
-            Backend::Sqlite if parsed.sqlite_path().is_empty() => {
-                return Err(bad(
-                    "sqlite URLs need a file path, e.g. sqlite://leaderd.sqlite3",
-                ));
-            }
-            Backend::Sqlite => {}
-            _ => {
-                url::Url::parse(&parsed.url).map_err(|e| bad(&format!("not a valid URL: {e}")))?;
-            }
-        }
-        Ok(parsed)
-    }
-
-    pub fn backend(&self) -> Backend {
-        self.backend
-    }
-
-    /// The URL with its password, for the database driver only.
-    pub fn expose(&self) -> &str {
-        &self.url
-    }
-
-    /// For `sqlite://PATH`: the file path (`sqlite:///abs/path` is absolute).
-    pub fn sqlite_path(&self) -> &str {
-        self.url.strip_prefix("sqlite://").unwrap_or(&self.url)
-    }
-
-    pub fn redacted(&self) -> String {
-        redact(&self.url)
-    }
-}
-
-fn redact(text: &str) -> String {
-    match url::Url::parse(text) {
-        Ok(mut url) if url.password().is_some() => {
-            let _ = url.set_password(Some("***"));
-            url.to_string()
-        }
-        Ok(_) => text.to_owned(),
-        // Unparseable: keep the scheme and host part only if there is no credential in it.
-        Err(_) if text.contains('@') => "<redacted>".to_owned(),
-        Err(_) => text.to_owned(),
-    }
-}
-
-impl fmt::Display for DatabaseUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.redacted())
-    }
-}
-
-impl fmt::Debug for DatabaseUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DatabaseUrl({})", self.redacted())
+impl From<UrlError> for ConfigError {
+    fn from(error: UrlError) -> Self {
+        invalid("database.url", error.url, error.reason)
     }
 }
 
@@ -195,164 +91,10 @@ pub struct Config {
     pub hooks: HooksConfig,
 }
 
-#[derive(Debug, Default, Deserialize)]
-struct RawConfig {
-    #[serde(default)]
-    node: RawNode,
-    #[serde(default)]
-    election: RawElection,
-    #[serde(default)]
-    database: RawDatabase,
-    #[serde(default)]
-    status: RawStatus,
-    #[serde(default)]
-    log: RawLog,
-    #[serde(default)]
-    http: RawHttp,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct RawHttp {
-    listen: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct RawNode {
-    id: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct RawElection {
-    name: Option<String>,
-    ttl: Option<String>,
-    interval: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct RawDatabase {
-    url: Option<String>,
-    connect_timeout: Option<String>,
-    query_timeout: Option<String>,
-    migrate: Option<bool>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct RawStatus {
-    path: Option<PathBuf>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct RawLog {
-    level: Option<String>,
-}
-
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://leaderd.sqlite3";
 pub const DEFAULT_STATUS_PATH: &str = "leaderd.status.json";
 
 impl Config {
-    /// Reads `file` (if given) and the environment, then validates. `node_id` (from
-    /// `--id`) wins over both.
-    pub fn load(file: Option<&Path>, node_id: Option<&str>) -> Result<Self, ConfigError> {
-        let env: HashMap<String, String> = std::env::vars().collect();
-        Self::load_from(file, &env, node_id)
-    }
-
-    /// [`Config::load`] with the environment given explicitly.
-    pub fn load_from(
-        file: Option<&Path>,
-        env: &HashMap<String, String>,
-        node_id: Option<&str>,
-    ) -> Result<Self, ConfigError> {
-        let mut builder = config::Config::builder();
-        if let Some(file) = file {
-            builder = builder.add_source(
-                config::File::from(file)
-                    .format(config::FileFormat::Toml)
-                    .required(true),
-            );
-        }
-        // Only LEADERD_<SECTION>__<KEY> names are configuration; the LEADERD_* variables
-        // that leaderd hands to its hooks (LEADERD_TERM, …) are not.
-        let overrides: HashMap<String, String> = env
-            .iter()
-            .filter(|(name, _)| {
-                name.strip_prefix(ENV_PREFIX)
-                    .is_some_and(|rest| rest.contains("__"))
-            })
-            .map(|(name, value)| (name.clone(), value.clone()))
-            .collect();
-        builder = builder.add_source(
-            config::Environment::with_prefix("LEADERD")
-                .prefix_separator("_")
-                .separator("__")
-                .source(Some(overrides.clone())),
-        );
-        let merged = builder.build()?;
-        reject_unknown_keys(&merged, &overrides, file)?;
-        let hooks = match merged.get::<config::Map<String, config::Value>>("hooks") {
-            Ok(table) => HooksConfig::parse(&table)?,
-            Err(config::ConfigError::NotFound(_)) => HooksConfig::default(),
-            Err(error) => return Err(error.into()),
-        };
-        let raw: RawConfig = merged.try_deserialize()?;
-        let mut config = Self::validate(raw, node_id)?;
-        config.hooks = hooks;
-        Ok(config)
-    }
-
-    fn validate(raw: RawConfig, node_id: Option<&str>) -> Result<Self, ConfigError> {
-        let node_id = match node_id.map(str::to_owned).or(raw.node.id) {
-            Some(id) => id,
-            None => hostname::get()
-                .map_err(ConfigError::Hostname)?
-                .to_string_lossy()
-                .into_owned(),
-        };
-        let election = raw.election.name.unwrap_or_else(|| "default".to_owned());
-        let ttl = duration("election.ttl", raw.election.ttl.as_deref(), "1200ms")?;
-        let interval = duration("election.interval", raw.election.interval.as_deref(), "1s")?;
-        // The election's own rules, named by configuration key.
-        crate::election::ElectionSettings::new(&election, &node_id, ttl, interval)?;
-        let database_url =
-            DatabaseUrl::parse(raw.database.url.as_deref().unwrap_or(DEFAULT_DATABASE_URL))?;
-        let connect_timeout = duration(
-            "database.connect_timeout",
-            raw.database.connect_timeout.as_deref(),
-            "2s",
-        )?;
-        // A statement that outlives the lease is no use to the leader: its deadline is gone.
-        let query_timeout = match raw.database.query_timeout.as_deref() {
-            Some(text) => duration("database.query_timeout", Some(text), "")?,
-            None => ttl,
-        };
-        Ok(Config {
-            node_id,
-            election,
-            ttl,
-            interval,
-            database_url,
-            connect_timeout,
-            query_timeout,
-            migrate: raw.database.migrate.unwrap_or(true),
-            status_path: raw
-                .status
-                .path
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_STATUS_PATH)),
-            log_level: raw.log.level.unwrap_or_else(|| "info".to_owned()),
-            http_listen: match raw.http.listen.as_deref() {
-                None | Some("") => None,
-                Some(text) => Some(text.parse().map_err(|_| {
-                    invalid(
-                        "http.listen",
-                        text,
-                        "expected an address and port such as 127.0.0.1:9090 or [::]:9090",
-                    )
-                })?),
-            },
-            hooks: HooksConfig::default(),
-        })
-    }
-
     /// The effective configuration as TOML, with the database password redacted.
     pub fn to_toml_redacted(&self) -> String {
         let d = |d: Duration| humantime::format_duration(d).to_string();
@@ -437,66 +179,10 @@ impl Config {
     }
 }
 
-/// Names where an unknown key came from: the environment variable, or the file.
-fn origin_of(key: &str, overrides: &HashMap<String, String>, file: Option<&Path>) -> String {
-    let variable = format!("{ENV_PREFIX}{}", key.replace('.', "__")).to_uppercase();
-    match overrides
-        .keys()
-        .find(|name| name.to_uppercase() == variable)
-    {
-        Some(name) => format!("environment variable {name}"),
-        None => file.map_or_else(|| "the environment".to_owned(), |f| f.display().to_string()),
-    }
-}
-
-fn reject_unknown_keys(
-    merged: &config::Config,
-    overrides: &HashMap<String, String>,
-    file: Option<&Path>,
-) -> Result<(), ConfigError> {
-    let top: HashMap<String, config::Value> = merged.clone().try_deserialize()?;
-    let unknown = |key: String| ConfigError::UnknownKey {
-        origin: origin_of(&key, overrides, file),
-        key,
-        known: KNOWN_KEYS
-            .iter()
-            .flat_map(|(section, keys)| keys.iter().map(move |k| format!("{section}.{k}")))
-            .collect::<Vec<_>>()
-            .join(", "),
-    };
-    for (section, value) in top {
-        let Some((_, keys)) = KNOWN_KEYS.iter().find(|(s, _)| *s == section) else {
-            return Err(unknown(section));
-        };
-        // A section given as a plain value is a type error that deserialization reports.
-        if let Ok(table) = value.into_table() {
-            if let Some(key) = table.keys().find(|key| !keys.contains(&key.as_str())) {
-                return Err(unknown(format!("{section}.{key}")));
-            }
-        }
-    }
-    Ok(())
-}
-
-fn duration(key: &'static str, text: Option<&str>, default: &str) -> Result<Duration, ConfigError> {
-    let text = text.unwrap_or(default);
-    let value = humantime::parse_duration(text.trim()).map_err(|e| {
-        invalid(
-            key,
-            text,
-            format!("not a duration ({e}); write it like \"1200ms\", \"1s\" or \"1m 30s\""),
-        )
-    })?;
-    // Every duration has the election's bounds; the error's reason is used, under `key`.
-    match settings::check_duration(Setting::Ttl, value) {
-        Ok(()) => Ok(value),
-        Err(error) => Err(invalid(key, text, error.reason(key_of))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
     use std::io::Write;
 
     fn load(toml: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
@@ -535,7 +221,7 @@ mod tests {
         assert_eq!(c.ttl, Duration::from_millis(1200));
         assert_eq!(c.interval, Duration::from_secs(1));
         assert_eq!(c.query_timeout, c.ttl);
-        assert_eq!(c.database_url.backend(), Backend::Sqlite);
+        assert_eq!(c.database_url.backend(), crate::store::Backend::Sqlite);
         assert_eq!(c.database_url.sqlite_path(), "leaderd.sqlite3");
         assert!(c.migrate);
     }
@@ -616,9 +302,6 @@ mod tests {
 
     #[test]
     fn passwords_are_redacted() {
-        let url = DatabaseUrl::parse("postgres://app:s3cret@db:5432/app").unwrap();
-        assert_eq!(url.to_string(), "postgres://app:***@db:5432/app");
-        assert!(!format!("{url:?}").contains("s3cret"));
         let e = error("[database]\nurl = \"ftp://u:s3cret@h/x\"\n", &[]);
         assert!(!e.contains("s3cret"), "{e}");
         let c = load(
@@ -627,12 +310,5 @@ mod tests {
         )
         .unwrap();
         assert!(!c.to_toml_redacted().contains("s3cret"));
-    }
-
-    #[test]
-    fn mariadb_scheme_is_mysql() {
-        let url = DatabaseUrl::parse("mariadb://root@127.0.0.1:3306/test").unwrap();
-        assert_eq!(url.backend(), Backend::Mysql);
-        assert_eq!(url.expose(), "mysql://root@127.0.0.1:3306/test");
     }
 }

@@ -9,9 +9,7 @@
 //! ahead of the lapse on the database.
 //!
 //! ```
-//! use leaderd::config::DatabaseUrl;
-//! use leaderd::lock::{LockError, LockOptions};
-//! use leaderd::store::{SqlStore, Timeouts};
+//! use leaderd::{DatabaseUrl, LockError, LockOptions, SqlStore, Timeouts};
 //! use std::time::Duration;
 //!
 //! # #[tokio::main(flavor = "multi_thread")]
@@ -87,8 +85,14 @@ pub enum LockError {
         /// How long this attempt waited before giving up.
         waited: Duration,
     },
-    #[error("cannot use the database for lock {name:?}: {error}")]
-    Unavailable { name: String, error: String },
+    #[error("cannot use the database for lock {name:?}: {source}")]
+    Unavailable {
+        name: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error("cannot use the database for lock {name:?}: the lock's background task ended")]
+    TaskEnded { name: String },
     #[error("lock {name:?} was lost in term {term}: its lease was not renewed in time")]
     Lost { name: String, term: i64 },
     #[error("gave up waiting for lock {name:?}")]
@@ -263,6 +267,7 @@ impl LockOptions {
             election.poll_only();
         }
         let renew = election.renew_handle();
+        let mut round_errors = election.round_errors();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(election.run(async move {
             let _ = stopped.await;
@@ -301,13 +306,18 @@ impl LockOptions {
                     guard.term = term;
                     return Ok(guard);
                 }
-                Status {
-                    error: Some(error), ..
-                } => {
-                    refusal = Some(LockError::Unavailable {
-                        name: self.name.clone(),
-                        error,
-                    })
+                Status { error: Some(_), .. } => {
+                    // The error itself came before this status; the last one is its.
+                    let mut last = None;
+                    while let Ok(error) = round_errors.try_recv() {
+                        last = Some(error);
+                    }
+                    if let Some(source) = last {
+                        refusal = Some(LockError::Unavailable {
+                            name: self.name.clone(),
+                            source,
+                        });
+                    }
                 }
                 Status {
                     role: Role::Follower,
@@ -342,10 +352,7 @@ impl LockOptions {
         if let Some(LockError::Held { waited, .. }) = &mut refusal {
             *waited = started.elapsed().min(wait);
         }
-        Err(refusal.unwrap_or(LockError::Unavailable {
-            name: self.name,
-            error: "the lock's background task ended".into(),
-        }))
+        Err(refusal.unwrap_or(LockError::TaskEnded { name: self.name }))
     }
 }
 
@@ -434,9 +441,9 @@ impl LockGuard {
         match released {
             Some(Ok(released)) => Ok(released),
             None => Ok(false),
-            Some(Err(error)) => Err(LockError::Unavailable {
+            Some(Err(source)) => Err(LockError::Unavailable {
                 name: self.name.clone(),
-                error: error.to_string(),
+                source,
             }),
         }
     }

@@ -1,3 +1,3 @@
 fn main() -> std::process::ExitCode {
-    leaderd::cli::main()
+    leaderd::main()
 }

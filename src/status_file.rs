@@ -5,7 +5,7 @@
 //! releases its lease only once the file no longer says it leads (see
 //! [`crate::election::Election::release_after`]).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -25,13 +25,14 @@ pub enum StatusFileError {
     },
 }
 
-/// The file's JSON document (schema documented in README.md).
-#[derive(Debug, Serialize)]
-pub struct StatusDocument<'a> {
-    pub election: &'a str,
-    pub node_id: &'a str,
+/// The file's JSON document (schema documented in README.md), as written by the daemon
+/// and read back by `leaderd status --local`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusDocument {
+    pub election: String,
+    pub node_id: String,
     pub role: Role,
-    pub leader: Option<&'a str>,
+    pub leader: Option<String>,
     pub term: Option<i64>,
     pub since: String,
     pub updated_at: String,
@@ -43,13 +44,13 @@ fn rfc3339(time: SystemTime) -> String {
     humantime::format_rfc3339_millis(time).to_string()
 }
 
-impl<'a> StatusDocument<'a> {
-    pub fn new(election: &'a str, node_id: &'a str, status: &'a Status) -> Self {
+impl StatusDocument {
+    pub fn new(election: &str, node_id: &str, status: &Status) -> Self {
         StatusDocument {
-            election,
-            node_id,
+            election: election.to_owned(),
+            node_id: node_id.to_owned(),
             role: status.role,
-            leader: status.leader.as_deref(),
+            leader: status.leader.clone(),
             term: status.term,
             since: rfc3339(status.since),
             updated_at: rfc3339(status.updated_at),
@@ -162,5 +163,17 @@ mod tests {
         .unwrap();
         assert!(path.exists());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_document_reads_back_as_written() {
+        let mut status = crate::election::Status::initial();
+        status.role = Role::Leader;
+        status.leader = Some("node \"a\"".to_owned());
+        status.term = Some(7);
+        let written = StatusDocument::new("jobs", "node \"a\"", &status);
+        let json = serde_json::to_string_pretty(&written).unwrap();
+        let read: StatusDocument = serde_json::from_str(&json).unwrap();
+        assert_eq!(read, written);
     }
 }

@@ -6,7 +6,7 @@ mod common;
 
 use common::proxy::{Mode, Proxy};
 use common::{Backend, TestDb};
-use leaderd::config::DatabaseUrl;
+use leaderd::store::DatabaseUrl;
 use leaderd::store::shared::SharedStore;
 use leaderd::store::{DbConnection, LeaseStore, ProcessToken, SqlStore, StoreError, Timeouts};
 use std::sync::{Arc, Mutex};

@@ -1,11 +1,10 @@
-//! The rules every election and lock setting must meet, in one place: the configuration,
-//! `leaderd lock` and library callers all go through [`ElectionSettings::new`] or the
-//! checks below, so a value the table cannot hold never reaches the database.
+//! [`ElectionSettings`], and the rules every election and lock setting must meet, in one
+//! place: the configuration, `leaderd lock` and library callers all go through
+//! [`ElectionSettings::new`] or the checks below, so a value the table cannot hold never
+//! reaches the database.
 
 use std::fmt;
 use std::time::Duration;
-
-use super::{ElectionSettings, safety_margin};
 
 /// The longest election name or node id: both go into VARCHAR(100) columns (see the
 /// migrations). MySQL's `INSERT IGNORE` would cut a longer name short, and the row it
@@ -17,6 +16,81 @@ pub const MIN_RENEW_WINDOW: Duration = Duration::from_millis(10);
 
 /// Durations beyond this are mistakes (and would overflow deadlines).
 pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+/// What an election needs to know about itself: only built through
+/// [`ElectionSettings::new`], which refuses what the table or the timing cannot take.
+#[derive(Debug, Clone)]
+pub struct ElectionSettings {
+    /// The row this election competes for.
+    pub(crate) name: String,
+    /// This node's id in the row.
+    pub(crate) node_id: String,
+    /// Lease length each renewal asks for.
+    pub(crate) ttl: Duration,
+    /// Time between renewals while holding the lease.
+    pub(crate) interval: Duration,
+    /// Most time between reads while not holding it (a follower also reads at the moment
+    /// it expects the lease to lapse, spread by up to [`ElectionSettings::lapse_spread`]
+    /// or more while the database is slow, which may come that much after the regular
+    /// read). At most `interval` (see [`ElectionSettings::with_poll`]).
+    pub(crate) poll: Duration,
+}
+
+/// See [`ElectionSettings::safety_margin`].
+pub fn safety_margin(ttl: Duration) -> Duration {
+    ttl / 500 + Duration::from_millis(2)
+}
+
+impl ElectionSettings {
+    /// Settings that renew and poll once per `interval`, if the name and node id fit the
+    /// table and the ttl leaves a renewal room after the interval.
+    pub fn new(
+        name: &str,
+        node_id: &str,
+        ttl: Duration,
+        interval: Duration,
+    ) -> Result<Self, SettingsError> {
+        check_name(Setting::Name, name)?;
+        check_name(Setting::NodeId, node_id)?;
+        check_timing(ttl, interval)?;
+        Ok(ElectionSettings {
+            name: name.to_owned(),
+            node_id: node_id.to_owned(),
+            ttl,
+            interval,
+            poll: interval,
+        })
+    }
+
+    /// How much earlier than `sent + ttl` this node stops acting as leader. It covers the
+    /// rate difference between this node's monotonic clock and the database clock (NTP
+    /// slews by at most 500 ppm; this allows 2000 ppm) and SQLite's millisecond timestamps.
+    pub fn safety_margin(&self) -> Duration {
+        safety_margin(self.ttl)
+    }
+
+    /// How long after a lease can lapse a follower that expects the lapse polls: a random
+    /// instant within this, at most ttl/64 and 20 ms. Every follower reads the renewed lease
+    /// at about the same moment, so without it they would all read again together right
+    /// after each renewal (a thousand followers at once, in the scale benchmark).
+    pub fn lapse_spread(&self) -> Duration {
+        (self.ttl / 64).min(Duration::from_millis(20))
+    }
+
+    /// [`ElectionSettings::lapse_spread`], widened to four times the last read's round
+    /// trip while the database is slow to answer (as when many followers read together),
+    /// up to a quarter of the interval.
+    pub(super) fn lapse_spread_after(&self, round_trip: Duration) -> Duration {
+        self.lapse_spread()
+            .max(round_trip.saturating_mul(4))
+            .min(self.interval / 4)
+    }
+
+    /// The margin a leader has to complete a renewal before its lease can lapse.
+    pub(super) fn renew_margin(&self) -> Duration {
+        self.ttl.saturating_sub(self.interval)
+    }
+}
 
 /// Which setting a [`SettingsError`] is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,122 +312,5 @@ impl ElectionSettings {
         }
         self.poll = poll;
         Ok(self)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ms(ms: u64) -> Duration {
-        Duration::from_millis(ms)
-    }
-
-    #[test]
-    fn names_and_node_ids_must_fit_the_table() {
-        let ok = |name: &str| ElectionSettings::new(name, "node-a", ms(1200), ms(1000));
-        assert!(ok(&"x".repeat(MAX_NAME_CHARS)).is_ok());
-        assert!(
-            ok("é".repeat(MAX_NAME_CHARS).as_str()).is_ok(),
-            "characters, not bytes"
-        );
-        let long = "x".repeat(MAX_NAME_CHARS + 1);
-        let error = ok(&long).unwrap_err();
-        assert_eq!(
-            error,
-            SettingsError::TooLong {
-                setting: Setting::Name,
-                value: long.clone()
-            }
-        );
-        assert!(
-            error
-                .to_string()
-                .starts_with(&format!("election name {long:?}: is 101 characters long")),
-            "{error}"
-        );
-        assert_eq!(
-            ok("").unwrap_err(),
-            SettingsError::Empty {
-                setting: Setting::Name
-            }
-        );
-        assert!(matches!(ok(" jobs"), Err(SettingsError::Padded { .. })));
-        assert!(matches!(ok("jobs "), Err(SettingsError::Padded { .. })));
-        assert!(matches!(
-            ok("jo\nbs"),
-            Err(SettingsError::ControlCharacter { .. })
-        ));
-        let id = ElectionSettings::new("jobs", &long, ms(1200), ms(1000)).unwrap_err();
-        assert_eq!(id.setting(), Setting::NodeId);
-        assert_eq!(id.value(), long);
-    }
-
-    #[test]
-    fn timing_leaves_a_renewal_room() {
-        let timing = |ttl, interval| ElectionSettings::new("jobs", "a", ms(ttl), ms(interval));
-        assert!(timing(1200, 1000).is_ok());
-        assert!(timing(1020, 1000).is_ok());
-        assert_eq!(
-            timing(1000, 1000).unwrap_err(),
-            SettingsError::TtlNotAboveInterval {
-                ttl: ms(1000),
-                interval: ms(1000)
-            }
-        );
-        let tight = timing(1003, 1000).unwrap_err();
-        assert!(
-            tight
-                .to_string()
-                .starts_with("ttl \"1s 3ms\": leaves 3ms after interval (1s) for a renewal"),
-            "{tight}"
-        );
-        assert_eq!(
-            timing(0, 1000).unwrap_err(),
-            SettingsError::Zero {
-                setting: Setting::Ttl
-            }
-        );
-        assert_eq!(timing(1200, 0).unwrap_err().setting(), Setting::Interval);
-        assert!(matches!(
-            timing(25 * 3600 * 1000, 1000),
-            Err(SettingsError::OverADay { .. })
-        ));
-    }
-
-    #[test]
-    fn poll_is_at_most_the_interval() {
-        let settings = ElectionSettings::new("jobs", "a", ms(1200), ms(1000)).unwrap();
-        assert_eq!(settings.clone().with_poll(ms(300)).unwrap().poll(), ms(300));
-        assert!(settings.clone().with_poll(ms(1001)).is_err());
-        let error = settings.with_poll(Duration::ZERO).unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "poll \"0s\": must be above zero and at most interval (1s)"
-        );
-    }
-
-    #[test]
-    fn reasons_can_name_settings_the_caller_s_way() {
-        let error = check_timing(ms(1000), ms(1000)).unwrap_err();
-        let key = |setting| match setting {
-            Setting::Interval => "election.interval",
-            _ => "election.ttl",
-        };
-        assert!(
-            error
-                .reason(key)
-                .starts_with("must be greater than election.interval (1s)"),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn a_suffixed_id_keeps_its_suffix() {
-        let id = id_with_suffix(&"h".repeat(200), ":4711");
-        assert_eq!(id.chars().count(), MAX_NAME_CHARS);
-        assert!(id.ends_with(":4711"));
-        assert!(check_name(Setting::NodeId, &id).is_ok());
-        assert_eq!(id_with_suffix("web-1", ":4711"), "web-1:4711");
     }
 }

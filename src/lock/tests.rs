@@ -128,6 +128,9 @@ async fn an_unreachable_database_is_reported_not_waited_on_forever() {
         matches!(refused, LockError::Unavailable { .. }),
         "{refused:?}"
     );
+    // The store's own error comes along as the source.
+    let source = std::error::Error::source(&refused).expect("a source");
+    assert!(source.is::<StoreError>(), "{source:?}");
     let started = Instant::now();
     let refused = options("a")
         .acquire(store.clone(), Duration::from_secs(2))

@@ -5,10 +5,13 @@
 //! multi-statement transaction, and a connection is dropped after any error, timeout or
 //! cancellation, so it is never reused in an unknown state.
 
+mod dialect;
+#[cfg(any(test, feature = "test-util"))]
 pub mod memory;
 mod notify;
 pub mod shared;
 mod sql;
+mod url;
 
 use futures_util::future::BoxFuture;
 use std::future::Future;
@@ -17,8 +20,7 @@ use std::time::Duration;
 use tokio::time::timeout;
 
 pub use sql::DbConnection;
-
-use crate::config::DatabaseUrl;
+pub use url::{Backend, DatabaseUrl, UrlError};
 
 /// The election's row as the database saw it at the moment it was read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -378,7 +380,7 @@ impl LeaseStore for SqlStore {
 
     fn release_notifications(&self, name: &str) -> Option<tokio::sync::mpsc::Receiver<()>> {
         match self.url.backend() {
-            crate::config::Backend::Postgres => Some(notify::listen(
+            Backend::Postgres => Some(notify::listen(
                 Arc::clone(&self.url),
                 self.timeouts.connect,
                 name,

@@ -13,9 +13,9 @@ use tokio::sync::mpsc;
 use tokio::time::timeout;
 use tracing::{debug, info};
 
-use crate::config::DatabaseUrl;
+use super::DatabaseUrl;
 
-/// The channel the release statement notifies (see `sql.rs`); the payload is the name.
+/// The channel the release statement notifies (see `dialect.rs`); the payload is the name.
 pub const CHANNEL: &str = "leaderd_release";
 /// How often an idle listener checks its connection: a connection that died without a
 /// FIN or RST would otherwise go unnoticed.

@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::Mutex;
 
-use super::{LeaseRow, LeaseStore, ProcessToken, SqlStore, StoreError, Timeouts};
-use crate::config::DatabaseUrl;
+use super::{DatabaseUrl, LeaseRow, LeaseStore, ProcessToken, SqlStore, StoreError, Timeouts};
 
 /// A cheap-to-clone handle; every clone shares the same connections.
 #[derive(Clone)]

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Keeps the layers one-way: the core (store, election, lock) knows nothing of the daemon
+# built on it. A file under src/store/, src/election/ or src/lock* that names one of the
+# daemon-side modules fails the check, with the offending lines.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+core=(src/store src/election src/lock src/lock.rs)
+daemon_side='config|daemon|cli|hooks|http|metrics|systemd|status_file|logging|signals'
+# `crate::config`, `crate::{config, …}`, and `leaderd::config` in doc examples.
+pattern="(crate|leaderd)::(\{[^}]*\b)?($daemon_side)\b"
+
+existing=()
+for path in "${core[@]}"; do
+  [ -e "$path" ] && existing+=("$path")
+done
+
+if violations=$(grep -rnE --include='*.rs' "$pattern" "${existing[@]}"); then
+  echo "layer check failed: the core (store, election, lock) must not use daemon-side modules:" >&2
+  echo "$violations" >&2
+  exit 1
+fi
+echo "layer check passed: store, election and lock import nothing from the daemon side"

@@ -1,0 +1,244 @@
+//! Reading the configuration: the TOML file and the `LEADERD_<SECTION>__<KEY>` variables
+//! merged, unknown keys refused, and the raw values validated into a [`Config`]. Every
+//! rule about a name or a timing is the election's own (`election::settings`), reported
+//! under the configuration key.
+
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::{Config, ConfigError, DEFAULT_DATABASE_URL, DEFAULT_STATUS_PATH, invalid, key_of};
+use crate::election::settings::{self, Setting};
+use crate::hooks::HooksConfig;
+use crate::store::DatabaseUrl;
+
+/// Every key leaderd reads, by section. Anything else is an error, so a typo such as
+/// `election.tll` is caught instead of silently running with the default.
+const KNOWN_KEYS: &[(&str, &[&str])] = &[
+    ("node", &["id"]),
+    ("election", &["name", "ttl", "interval"]),
+    (
+        "database",
+        &["url", "connect_timeout", "query_timeout", "migrate"],
+    ),
+    ("status", &["path"]),
+    ("log", &["level"]),
+    ("http", &["listen"]),
+    ("hooks", crate::hooks::config::HOOK_KEYS),
+];
+
+const ENV_PREFIX: &str = "LEADERD_";
+
+#[derive(Debug, Default, Deserialize)]
+struct RawConfig {
+    #[serde(default)]
+    node: RawNode,
+    #[serde(default)]
+    election: RawElection,
+    #[serde(default)]
+    database: RawDatabase,
+    #[serde(default)]
+    status: RawStatus,
+    #[serde(default)]
+    log: RawLog,
+    #[serde(default)]
+    http: RawHttp,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RawHttp {
+    listen: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RawNode {
+    id: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RawElection {
+    name: Option<String>,
+    ttl: Option<String>,
+    interval: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RawDatabase {
+    url: Option<String>,
+    connect_timeout: Option<String>,
+    query_timeout: Option<String>,
+    migrate: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RawStatus {
+    path: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RawLog {
+    level: Option<String>,
+}
+
+impl Config {
+    /// Reads `file` (if given) and the environment, then validates. `node_id` (from
+    /// `--id`) wins over both.
+    pub fn load(file: Option<&Path>, node_id: Option<&str>) -> Result<Self, ConfigError> {
+        let env: HashMap<String, String> = std::env::vars().collect();
+        Self::load_from(file, &env, node_id)
+    }
+
+    /// [`Config::load`] with the environment given explicitly.
+    pub fn load_from(
+        file: Option<&Path>,
+        env: &HashMap<String, String>,
+        node_id: Option<&str>,
+    ) -> Result<Self, ConfigError> {
+        let mut builder = config::Config::builder();
+        if let Some(file) = file {
+            builder = builder.add_source(
+                config::File::from(file)
+                    .format(config::FileFormat::Toml)
+                    .required(true),
+            );
+        }
+        // Only LEADERD_<SECTION>__<KEY> names are configuration; the LEADERD_* variables
+        // that leaderd hands to its hooks (LEADERD_TERM, …) are not.
+        let overrides: HashMap<String, String> = env
+            .iter()
+            .filter(|(name, _)| {
+                name.strip_prefix(ENV_PREFIX)
+                    .is_some_and(|rest| rest.contains("__"))
+            })
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        builder = builder.add_source(
+            config::Environment::with_prefix("LEADERD")
+                .prefix_separator("_")
+                .separator("__")
+                .source(Some(overrides.clone())),
+        );
+        let merged = builder.build()?;
+        reject_unknown_keys(&merged, &overrides, file)?;
+        let hooks = match merged.get::<config::Map<String, config::Value>>("hooks") {
+            Ok(table) => HooksConfig::parse(&table)?,
+            Err(config::ConfigError::NotFound(_)) => HooksConfig::default(),
+            Err(error) => return Err(error.into()),
+        };
+        let raw: RawConfig = merged.try_deserialize()?;
+        let mut config = Self::validate(raw, node_id)?;
+        config.hooks = hooks;
+        Ok(config)
+    }
+
+    fn validate(raw: RawConfig, node_id: Option<&str>) -> Result<Self, ConfigError> {
+        let node_id = match node_id.map(str::to_owned).or(raw.node.id) {
+            Some(id) => id,
+            None => hostname::get()
+                .map_err(ConfigError::Hostname)?
+                .to_string_lossy()
+                .into_owned(),
+        };
+        let election = raw.election.name.unwrap_or_else(|| "default".to_owned());
+        let ttl = duration("election.ttl", raw.election.ttl.as_deref(), "1200ms")?;
+        let interval = duration("election.interval", raw.election.interval.as_deref(), "1s")?;
+        // The election's own rules, named by configuration key.
+        crate::election::ElectionSettings::new(&election, &node_id, ttl, interval)?;
+        let database_url =
+            DatabaseUrl::parse(raw.database.url.as_deref().unwrap_or(DEFAULT_DATABASE_URL))?;
+        let connect_timeout = duration(
+            "database.connect_timeout",
+            raw.database.connect_timeout.as_deref(),
+            "2s",
+        )?;
+        // A statement that outlives the lease is no use to the leader: its deadline is gone.
+        let query_timeout = match raw.database.query_timeout.as_deref() {
+            Some(text) => duration("database.query_timeout", Some(text), "")?,
+            None => ttl,
+        };
+        Ok(Config {
+            node_id,
+            election,
+            ttl,
+            interval,
+            database_url,
+            connect_timeout,
+            query_timeout,
+            migrate: raw.database.migrate.unwrap_or(true),
+            status_path: raw
+                .status
+                .path
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_STATUS_PATH)),
+            log_level: raw.log.level.unwrap_or_else(|| "info".to_owned()),
+            http_listen: match raw.http.listen.as_deref() {
+                None | Some("") => None,
+                Some(text) => Some(text.parse().map_err(|_| {
+                    invalid(
+                        "http.listen",
+                        text,
+                        "expected an address and port such as 127.0.0.1:9090 or [::]:9090",
+                    )
+                })?),
+            },
+            hooks: HooksConfig::default(),
+        })
+    }
+}
+
+/// Names where an unknown key came from: the environment variable, or the file.
+fn origin_of(key: &str, overrides: &HashMap<String, String>, file: Option<&Path>) -> String {
+    let variable = format!("{ENV_PREFIX}{}", key.replace('.', "__")).to_uppercase();
+    match overrides
+        .keys()
+        .find(|name| name.to_uppercase() == variable)
+    {
+        Some(name) => format!("environment variable {name}"),
+        None => file.map_or_else(|| "the environment".to_owned(), |f| f.display().to_string()),
+    }
+}
+
+fn reject_unknown_keys(
+    merged: &config::Config,
+    overrides: &HashMap<String, String>,
+    file: Option<&Path>,
+) -> Result<(), ConfigError> {
+    let top: HashMap<String, config::Value> = merged.clone().try_deserialize()?;
+    let unknown = |key: String| ConfigError::UnknownKey {
+        origin: origin_of(&key, overrides, file),
+        key,
+        known: KNOWN_KEYS
+            .iter()
+            .flat_map(|(section, keys)| keys.iter().map(move |k| format!("{section}.{k}")))
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    for (section, value) in top {
+        let Some((_, keys)) = KNOWN_KEYS.iter().find(|(s, _)| *s == section) else {
+            return Err(unknown(section));
+        };
+        // A section given as a plain value is a type error that deserialization reports.
+        if let Ok(table) = value.into_table() {
+            if let Some(key) = table.keys().find(|key| !keys.contains(&key.as_str())) {
+                return Err(unknown(format!("{section}.{key}")));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn duration(key: &'static str, text: Option<&str>, default: &str) -> Result<Duration, ConfigError> {
+    let text = text.unwrap_or(default);
+    let value = humantime::parse_duration(text.trim()).map_err(|e| {
+        invalid(
+            key,
+            text,
+            format!("not a duration ({e}); write it like \"1200ms\", \"1s\" or \"1m 30s\""),
+        )
+    })?;
+    // Every duration has the election's bounds; the error's reason is used, under `key`.
+    match settings::check_duration(Setting::Ttl, value) {
+        Ok(()) => Ok(value),
+        Err(error) => Err(invalid(key, text, error.reason(key_of))),
+    }
+}

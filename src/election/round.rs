@@ -1,0 +1,241 @@
+//! One round against the store, and the stepping down that ends a term: the statements an
+//! election sends and what their answers mean ([`Outcome`], [`RoundError`]). Nothing here
+//! keeps state between rounds; the [`Candidacy`] folds each outcome in.
+
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use super::candidacy::{Candidacy, Hold};
+use super::clock::{BootClock, Instants};
+use super::settings::ElectionSettings;
+use crate::store::{LeaseRow, LeaseStore, ProcessToken, StoreError};
+
+/// How long a stopping node tries to release its row.
+const STOP_RELEASE: Duration = Duration::from_millis(500);
+
+/// The result of one round against the store.
+#[derive(Debug)]
+pub(super) enum Outcome {
+    /// The database holds the lease for this node in `term`, from a statement sent at `sent`.
+    Holding { term: i64, sent: Instants },
+    /// Someone else holds the lease, or nobody does and this node could not take it.
+    Observed(Option<LeaseRow>),
+    /// The database refused to renew: the lease is not ours (any more) in the term we led.
+    NotHeld,
+}
+
+/// A failed round, with the term it may have started: a claim whose answer was lost may
+/// still have committed.
+#[derive(Debug)]
+pub(super) struct RoundError {
+    pub(super) error: StoreError,
+    pub(super) in_doubt: Option<i64>,
+}
+
+impl From<StoreError> for RoundError {
+    fn from(error: StoreError) -> Self {
+        RoundError {
+            error,
+            in_doubt: None,
+        }
+    }
+}
+
+/// Who sends a round: the election's settings, the clock its leases are also judged by,
+/// and the token that marks the terms it starts.
+pub(super) struct Claimant<'a> {
+    pub(super) settings: &'a ElectionSettings,
+    pub(super) boot: &'a BootClock,
+    pub(super) token: ProcessToken,
+}
+
+/// One round: renew if leading, else claim a free lease, else observe. The first statement
+/// is the only one in steady state (a renewal for the leader, a read for a follower).
+/// `may_claim` is asked before each claim. `released_in`: a term whose release was just
+/// announced, claimed without reading first. `statements` counts what it sends, for
+/// [`RoundReport::statements`](super::RoundReport::statements).
+pub(super) async fn round<S: LeaseStore>(
+    store: &mut S,
+    sender: &Claimant<'_>,
+    hold: Hold,
+    may_claim: impl Fn() -> bool,
+    released_in: Option<i64>,
+    statements: &mut u64,
+) -> Result<(Outcome, Duration), RoundError> {
+    let Claimant {
+        settings,
+        boot,
+        token,
+    } = *sender;
+    let (name, me, ttl) = (&settings.name, &settings.node_id, settings.ttl);
+    let sent = Instants::now(boot);
+    match hold {
+        Hold::Leading { term, .. } => {
+            // Stop acting as leader at once when the database says no; the next round
+            // reads the row.
+            *statements += 1;
+            let outcome = match store.renew(name, me, ttl, term).await? {
+                true => Outcome::Holding { term, sent },
+                false => Outcome::NotHeld,
+            };
+            return Ok((outcome, sent.at.elapsed()));
+        }
+        Hold::Lapsed { term } if may_claim() => {
+            *statements += 1;
+            let reacquired =
+                store
+                    .reacquire(name, me, token, ttl, term)
+                    .await
+                    .map_err(|error| RoundError {
+                        error,
+                        in_doubt: Some(term + 1),
+                    })?;
+            if reacquired {
+                return Ok((
+                    Outcome::Holding {
+                        term: term + 1,
+                        sent,
+                    },
+                    sent.at.elapsed(),
+                ));
+            }
+        }
+        Hold::None if may_claim() => {
+            if let Some(expected) = released_in {
+                // The claim checks the term and that the lease is free, so a stale term
+                // only costs the read below.
+                if let Some(holding) = claim(store, sender, expected, statements).await? {
+                    return Ok((holding, sent.at.elapsed()));
+                }
+            }
+        }
+        Hold::Lapsed { .. } | Hold::None => {}
+    }
+    *statements += 1;
+    let row = store.get(name).await?;
+    let round_trip = sent.at.elapsed();
+    let free_term = match &row {
+        _ if !may_claim() => None,
+        None => {
+            *statements += 1;
+            store.ensure_row(name).await?;
+            Some(0)
+        }
+        Some(row) if row.live_holder().is_none() => Some(row.term),
+        Some(_) => None,
+    };
+    if let Some(expected) = free_term {
+        if let Some(holding) = claim(store, sender, expected, statements).await? {
+            return Ok((holding, round_trip));
+        }
+        // Another node was faster; see who.
+        *statements += 1;
+        return Ok((Outcome::Observed(store.get(name).await?), round_trip));
+    }
+    Ok((Outcome::Observed(row), round_trip))
+}
+
+/// Claims a free lease in `expected`: `Holding` the next term if this node took it, `None`
+/// if another node did first or the term was stale. A claim whose answer is lost may have
+/// committed: its term is in doubt.
+async fn claim<S: LeaseStore>(
+    store: &mut S,
+    sender: &Claimant<'_>,
+    expected: i64,
+    statements: &mut u64,
+) -> Result<Option<Outcome>, RoundError> {
+    let Claimant {
+        settings,
+        boot,
+        token,
+    } = *sender;
+    let sent = Instants::now(boot);
+    *statements += 1;
+    let claimed = store
+        .claim(
+            &settings.name,
+            &settings.node_id,
+            token,
+            settings.ttl,
+            expected,
+        )
+        .await
+        .map_err(|error| RoundError {
+            error,
+            in_doubt: Some(expected + 1),
+        })?;
+    Ok(claimed.then_some(Outcome::Holding {
+        term: expected + 1,
+        sent,
+    }))
+}
+
+/// Gives leadership up, in the one order that a stop and a resign both follow. It stops
+/// acting as leader and publishes that, waits until the publication is durable (see
+/// [`Election::release_after`](super::Election::release_after)), and only then releases the row, so that no successor can
+/// start while this node's last durable word still says it leads. If that takes until the
+/// lease would end, the release is withheld: the lease lapses on its own, and what this
+/// node last said has expired by then too. `held`: the term to release and where its
+/// lease ends (`None`: nothing to release). Returns how the release went, `None` if none
+/// was sent.
+pub(super) async fn step_down<S: LeaseStore>(
+    store: &mut S,
+    candidacy: &mut Candidacy,
+    durable: Option<&mut watch::Receiver<u64>>,
+    held: Option<(i64, Instants)>,
+    for_good: bool,
+) -> Option<Result<bool, StoreError>> {
+    candidacy.stop_acting();
+    candidacy.answer_renewals();
+    if for_good {
+        // Stopped: nothing this node said holds any longer.
+        candidacy.status.send_modify(|status| {
+            status.valid_until = status.updated_at;
+            status.version += 1;
+        });
+    }
+    let (term, lease_end) = held?;
+    let settings = Arc::clone(&candidacy.settings);
+    if let Some(durable) = durable {
+        let published = candidacy.status.borrow().version;
+        let left = lease_end.left(Instants::now(&candidacy.boot));
+        let said = tokio::time::timeout(left, durable.wait_for(|v| *v >= published)).await;
+        if !matches!(said, Ok(Ok(_))) {
+            warn!(
+                election = %settings.name,
+                term,
+                "the status file did not say this node stopped leading before its lease \
+                 would end; not releasing the lease, which lapses on its own"
+            );
+            return None;
+        }
+    }
+    Some(release(store, &settings, term).await)
+}
+
+/// Gives the row up if it is still ours in `term`, within STOP_RELEASE; a lease that
+/// cannot be released lapses by itself. `Ok(false)`: the row was no longer ours.
+async fn release<S: LeaseStore>(
+    store: &mut S,
+    settings: &ElectionSettings,
+    term: i64,
+) -> Result<bool, StoreError> {
+    let released = tokio::time::timeout(
+        STOP_RELEASE,
+        store.release(&settings.name, &settings.node_id, term),
+    )
+    .await
+    .unwrap_or(Err(StoreError::QueryTimeout {
+        after: STOP_RELEASE,
+    }));
+    match &released {
+        Ok(true) => {
+            info!(election = %settings.name, node = %settings.node_id, term, "released the lease")
+        }
+        Ok(false) => debug!(term, "nothing to release: the row is no longer ours"),
+        Err(error) => warn!(%error, term, "could not release the lease; it lapses by itself"),
+    }
+    released
+}
