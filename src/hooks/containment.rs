@@ -23,6 +23,7 @@ use nix::unistd::Pid;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use tracing::info;
 
 /// `hooks.containment`: how leader-scoped hooks are contained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -109,6 +110,31 @@ impl Containment {
             Containment::Subreaper => "subreaper",
         }
     }
+}
+
+/// Decides how fenced hooks are held (`hooks.containment`), and says so in the log: once,
+/// at start.
+pub fn resolve_containment(mode: ContainmentMode) -> Result<Containment, ContainmentError> {
+    let (containment, no_cgroup) = Containment::resolve(mode)?;
+    match (&containment, no_cgroup) {
+        (Containment::Cgroup { parent }, _) => info!(
+            containment = containment.as_str(),
+            cgroup = %parent.display(),
+            "hook containment: cgroup (each leader-scoped hook in a cgroup of its own, ended \
+             with cgroup.kill; the guard's subreaper sweep besides)"
+        ),
+        (Containment::Subreaper, Some(reason)) => info!(
+            containment = containment.as_str(),
+            "hook containment: subreaper (the guard sweeps the hook's descendants; no \
+             cgroup: {reason})"
+        ),
+        (Containment::Subreaper, None) => info!(
+            containment = containment.as_str(),
+            "hook containment: subreaper (the guard sweeps the hook's descendants; \
+             hooks.containment = \"subreaper\")"
+        ),
+    }
+    Ok(containment)
 }
 
 /// The directory of leaderd's own cgroup v2, if hooks can get child cgroups there that
