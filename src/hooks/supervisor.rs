@@ -123,14 +123,11 @@ struct Supervisor {
     previous_leader: Option<String>,
     term: Option<i64>,
     queue: VecDeque<EventJob>,
-    /// The event hook running now, and the term it is on_elected of (if it is).
-    event_run: Option<JoinHandle<RunOutcome>>,
-    event_run_term: Option<i64>,
-    while_run: Option<JoinHandle<RunOutcome>>,
-    while_term: Option<i64>,
+    /// The event hook running now (its term is set if it is on_elected).
+    event_run: Option<RunningHook>,
+    while_run: Option<RunningHook>,
     next_while: Instant,
-    command_run: Option<JoinHandle<RunOutcome>>,
-    command_term: Option<i64>,
+    command_run: Option<RunningHook>,
     /// When stepping down for shutdown must be over.
     step_down_deadline: Option<Instant>,
     command_restart_at: Option<Instant>,
@@ -141,12 +138,31 @@ struct Supervisor {
     warm_due: Option<Instant>,
 }
 
-async fn join_opt<T>(handle: &mut Option<JoinHandle<T>>) -> Option<T> {
-    match handle {
-        Some(h) => {
-            let result = h.await.ok();
-            *handle = None;
-            result
+/// A hook run in progress.
+struct RunningHook {
+    handle: JoinHandle<RunOutcome>,
+    /// The term it is leader-scoped in (fenced to), if it is: kept with the handle so that
+    /// the two cannot disagree.
+    term: Option<i64>,
+}
+
+impl RunningHook {
+    /// Whether it is leader work of `term` or an earlier term.
+    fn leader_work_of(&self, term: i64) -> bool {
+        self.term.is_some_and(|t| t <= term)
+    }
+}
+
+/// Waits for the run in `slot` to end, empties the slot and gives back its outcome (`None`
+/// if the task failed) and its term; pending while the slot is empty. Cancel-safe: the
+/// handle stays in the slot until it has finished, so a `select!` that takes another
+/// branch loses nothing.
+async fn join_running(slot: &mut Option<RunningHook>) -> (Option<RunOutcome>, Option<i64>) {
+    match slot {
+        Some(running) => {
+            let outcome = (&mut running.handle).await.ok();
+            let term = slot.take().and_then(|running| running.term);
+            (outcome, term)
         }
         None => std::future::pending().await,
     }
@@ -174,12 +190,9 @@ impl Supervisor {
             term: None,
             queue: VecDeque::new(),
             event_run: None,
-            event_run_term: None,
             while_run: None,
-            while_term: None,
             next_while: Instant::now(),
             command_run: None,
-            command_term: None,
             step_down_deadline: None,
             command_restart_at: None,
             stopping: false,
@@ -246,7 +259,7 @@ impl Supervisor {
         command: &HookCommand,
         env: Vec<(String, String)>,
         fence_term: Option<i64>,
-    ) -> JoinHandle<RunOutcome> {
+    ) -> RunningHook {
         let mut env = env;
         env.extend(command.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         let mut timeout = command.timeout;
@@ -264,12 +277,22 @@ impl Supervisor {
             forward: None,
             warm: fence_term.and_then(|_| self.take_warm_guard()),
         };
-        tokio::spawn(run(
-            spec,
-            self.context.clone(),
-            self.status.clone(),
-            self.stop_receiver(hook, fence_term.is_some()),
-        ))
+        self.spawn(spec)
+    }
+
+    /// Starts `spec` on a task of its own, stoppable as [`Self::stop_receiver`] says.
+    fn spawn(&self, spec: RunSpec) -> RunningHook {
+        let term = spec.fence_term;
+        let stop_by = self.stop_receiver(spec.hook, term.is_some());
+        RunningHook {
+            handle: tokio::spawn(run(
+                spec,
+                self.context.clone(),
+                self.status.clone(),
+                stop_by,
+            )),
+            term,
+        }
     }
 
     /// Runs started before a shutdown step-down are stopped by it; those started after
@@ -295,7 +318,10 @@ impl Supervisor {
         };
         let Some(term) = self.leading else { return };
         // Not before this term's on_elected has finished.
-        let elected_pending = self.event_run_term == Some(term)
+        let elected_pending = self
+            .event_run
+            .as_ref()
+            .is_some_and(|run| run.term == Some(term))
             || self.queue.iter().any(|job| job.elected_term == Some(term));
         if self.stopping || self.command_run.is_some() || elected_pending {
             return;
@@ -313,13 +339,7 @@ impl Supervisor {
             warm: self.take_warm_guard(),
         };
         info!(term, "starting leader_command");
-        self.command_term = Some(term);
-        self.command_run = Some(tokio::spawn(run(
-            spec,
-            self.context.clone(),
-            self.status.clone(),
-            self.stop_receiver("leader_command", true),
-        )));
+        self.command_run = Some(self.spawn(spec));
     }
 
     fn on_event(&mut self, event: RoleEvent) {
@@ -379,10 +399,10 @@ impl Supervisor {
 
     /// Whether leader-scoped processes of `term` or earlier are still running.
     fn leader_work_running(&self, term: i64) -> bool {
-        let of = |run: bool, run_term: Option<i64>| run && run_term.is_some_and(|t| t <= term);
-        of(self.command_run.is_some(), self.command_term)
-            || of(self.while_run.is_some(), self.while_term)
-            || of(self.event_run.is_some(), self.event_run_term)
+        [&self.command_run, &self.while_run, &self.event_run]
+            .into_iter()
+            .flatten()
+            .any(|run| run.leader_work_of(term))
     }
 
     fn start_next_event_hook(&mut self) {
@@ -399,9 +419,7 @@ impl Supervisor {
             return;
         }
         if let Some(job) = self.queue.pop_front() {
-            let handle = self.start(job.hook, &job.command, job.env, job.elected_term);
-            self.event_run = Some(handle);
-            self.event_run_term = job.elected_term;
+            self.event_run = Some(self.start(job.hook, &job.command, job.env, job.elected_term));
         }
     }
 
@@ -438,8 +456,7 @@ impl Supervisor {
                     // A leader_command added by the reload starts now.
                     self.start_leader_command();
                 }
-                _ = join_opt(&mut self.event_run) => {
-                    let elected_term = self.event_run_term.take();
+                (_, elected_term) = join_running(&mut self.event_run) => {
                     if elected_term.is_some() && elected_term == self.leading {
                         // The leader's long-running work starts once on_elected is done.
                         self.start_leader_command();
@@ -452,12 +469,10 @@ impl Supervisor {
                     } else if let Some(command) = self.config.while_leader.clone() {
                         let env = self.env("while_leader", Role::Leader);
                         self.while_run = Some(self.start("while_leader", &command, env, self.leading));
-                        self.while_term = self.leading;
                     }
                 }
-                _ = join_opt(&mut self.while_run) => {}
-                outcome = join_opt(&mut self.command_run) => {
-                    let term = self.command_term.take();
+                _ = join_running(&mut self.while_run) => {}
+                (outcome, term) = join_running(&mut self.command_run) => {
                     self.leader_command_ended(outcome, term);
                 }
                 _ = sleep_until(self.warm_due.unwrap_or_else(Instant::now)), if self.warm_due.is_some() => {
