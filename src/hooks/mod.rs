@@ -10,7 +10,7 @@
 //! * `run`: one hook run, fenced to the lease ([`run_leased`] for `leaderd lock`).
 //! * `supervisor`: which hook runs when, and the step-down sequence ([`Hooks`]).
 //! * `process` and [`guard`]: the hook process and the guard it runs under.
-//! * [`containment`]: how the guard holds everything a fenced hook starts.
+//! * [`containment`] and `subreaper`: how the guard holds everything a fenced hook starts.
 //! * [`config`]: the `[hooks]` section.
 
 pub mod config;
@@ -18,6 +18,7 @@ pub mod containment;
 pub mod guard;
 mod process;
 mod run;
+mod subreaper;
 mod supervisor;
 
 pub use config::{HookCommand, HooksConfig, LeaderCommand, Restart};
