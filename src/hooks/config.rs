@@ -408,10 +408,7 @@ mod tests {
         HooksConfig::parse(&table)
     }
 
-    #[test]
-    fn argv_and_table_forms() {
-        let hooks = parse(
-            r#"
+    const BOTH_FORMS: &str = r#"
 [hooks]
 on_elected = ["/bin/elected", "--now"]
 shutdown_timeout = "20s"
@@ -423,9 +420,11 @@ env = { MODE = "drain" }
 command = ["/usr/bin/worker"]
 restart = "always"
 step_down_on_exit = true
-"#,
-        )
-        .unwrap();
+"#;
+
+    #[test]
+    fn argv_and_table_forms() {
+        let hooks = parse(BOTH_FORMS).unwrap();
         let elected = hooks.on_elected.unwrap();
         assert_eq!(elected.argv, ["/bin/elected", "--now"]);
         assert_eq!(elected.timeout, DEFAULT_HOOK_TIMEOUT);
@@ -447,25 +446,15 @@ step_down_on_exit = true
 
     #[test]
     fn the_written_section_reads_back_the_same() {
-        let hooks = parse(
-            r#"
-[hooks]
-while_leader = ["/bin/tick"]
-containment = "subreaper"
-[hooks.on_demoted]
-command = ["sh", "-c", "echo bye"]
-timeout = "1m 30s"
-env = { MODE = "drain" }
-[hooks.leader_command]
-command = ["/usr/bin/worker"]
-restart = "never"
-"#,
-        )
-        .unwrap();
-        let mut file = toml::Table::new();
-        file.insert("hooks".into(), toml::Value::Table(hooks.to_toml()));
-        let written = toml::to_string(&file).unwrap();
-        assert_eq!(parse(&written).unwrap(), hooks, "{written}");
+        let others = "[hooks]\nwhile_leader = [\"/bin/tick\"]\ncontainment = \"subreaper\"\n\
+                      [hooks.leader_command]\ncommand = [\"/bin/w\"]\nrestart = \"never\"\n";
+        for section in [BOTH_FORMS, others] {
+            let hooks = parse(section).unwrap();
+            let mut file = toml::Table::new();
+            file.insert("hooks".into(), toml::Value::Table(hooks.to_toml()));
+            let written = toml::to_string(&file).unwrap();
+            assert_eq!(parse(&written).unwrap(), hooks, "{written}");
+        }
     }
 
     #[test]
