@@ -95,6 +95,7 @@ struct EventJob {
     demoted_term: Option<i64>,
 }
 
+/// The supervisor task's state: what runs now, what is queued, and where a step-down is.
 struct Supervisor {
     config: HooksConfig,
     context: HookContext,
@@ -112,17 +113,22 @@ struct Supervisor {
     demoted_queued: Option<i64>,
     /// The term this node leads, as the events tell.
     leading: Option<i64>,
+    /// The leader, the one before it and the term, as the events tell: for the hooks'
+    /// `LEADERD_*` environment.
     leader: Option<String>,
     previous_leader: Option<String>,
     term: Option<i64>,
+    /// Event hooks waiting for the one running now, in the order their events happened.
     queue: VecDeque<EventJob>,
     /// The event hook running now (its term is set if it is on_elected).
     event_run: Option<RunningHook>,
+    /// The while_leader run of the last tick, if still running, and when the next is due.
     while_run: Option<RunningHook>,
     next_while: Instant,
     command_run: Option<RunningHook>,
     /// When stepping down for shutdown must be over.
     step_down_deadline: Option<Instant>,
+    /// When the leader_command that ended starts again (per its `restart`).
     command_restart_at: Option<Instant>,
     /// Stepping down for shutdown: no new leader work, events ignored.
     stopping: bool,
