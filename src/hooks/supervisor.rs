@@ -3,6 +3,9 @@
 //! their events happened; `while_leader` ticks and the `leader_command` run beside them
 //! while this node leads; and a step-down (shutdown or resign) stops the leader work
 //! before `on_demoted` runs and the lease is given up.
+//!
+//! This file holds the task and its loop; `handle` is how the rest of leaderd drives it
+//! ([`Hooks`]), and `step_down` the step-down sequence.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -13,76 +16,17 @@ use tracing::{debug, info, warn};
 
 use super::config::{HookCommand, HooksConfig, Restart};
 use super::process::{Io, WarmGuard};
-use super::run::{HookContext, KILL_GRACE, RunOutcome, RunSpec, run};
+use super::run::{HookContext, RunOutcome, RunSpec, run};
 use crate::election::{ResignHandle, Role, RoleEvent, Status};
 
+mod handle;
 mod step_down;
+pub use handle::Hooks;
 use step_down::StepDown;
 
 /// After a fenced hook took the guard started ahead, when the next one starts: not while
 /// that hook is starting, on a host with few cores.
 const WARM_GUARD_AFTER: Duration = Duration::from_millis(100);
-
-/// Controls the hook supervisor from the edge of the program.
-pub struct Hooks {
-    step_down: Option<oneshot::Sender<oneshot::Sender<()>>>,
-    reloads: mpsc::UnboundedSender<HooksConfig>,
-    task: JoinHandle<()>,
-    shutdown_timeout: Duration,
-}
-
-impl Hooks {
-    /// Starts the supervisor for `config` on the election's events and status.
-    pub fn spawn(
-        config: HooksConfig,
-        context: HookContext,
-        events: mpsc::UnboundedReceiver<RoleEvent>,
-        status: watch::Receiver<Status>,
-        resign: ResignHandle,
-    ) -> Hooks {
-        let (step_down, step_down_requests) = oneshot::channel();
-        let (reloads, reloaded) = mpsc::unbounded_channel();
-        let shutdown_timeout = config.shutdown_timeout;
-        let supervisor = Supervisor::new(config, context, status, resign);
-        let task = tokio::spawn(supervisor.run(events, step_down_requests, reloaded));
-        Hooks {
-            step_down: Some(step_down),
-            reloads,
-            task,
-            shutdown_timeout,
-        }
-    }
-
-    /// Replaces the hook configuration. Runs from now on use the new one; processes
-    /// already running (a `leader_command` included) go on until they end or are stopped.
-    pub fn reload(&mut self, config: HooksConfig) {
-        self.shutdown_timeout = config.shutdown_timeout;
-        let _ = self.reloads.send(config);
-    }
-
-    /// For a stopping node: stops every leader-scoped process (SIGTERM, then SIGKILL after
-    /// its stop timeout, or sooner if the lease requires it) and, if this node was leading,
-    /// runs `on_demoted`. Returns when done, at most `hooks.shutdown_timeout` later. The
-    /// election keeps renewing meanwhile, so the next leader's work cannot overlap.
-    pub async fn step_down(&mut self) {
-        let Some(request) = self.step_down.take() else {
-            return;
-        };
-        let (done, finished) = oneshot::channel();
-        if request.send(done).is_ok() {
-            // A hook past its timeout gets KILL_GRACE more before SIGKILL.
-            let bound = self.shutdown_timeout + KILL_GRACE + Duration::from_millis(500);
-            if tokio::time::timeout(bound, finished).await.is_err() {
-                warn!("hooks did not finish stepping down within hooks.shutdown_timeout");
-            }
-        }
-    }
-
-    /// Waits for the supervisor to end (after the election's event channel closed).
-    pub async fn join(self) {
-        let _ = self.task.await;
-    }
-}
 
 /// A queued event hook with the environment of its moment.
 struct EventJob {
