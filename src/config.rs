@@ -125,57 +125,8 @@ impl Config {
             http.insert("listen".into(), listen.to_string().into());
             table.insert("http".into(), toml::Value::Table(http));
         }
-        table.insert("hooks".into(), toml::Value::Table(self.hooks_table()));
+        table.insert("hooks".into(), toml::Value::Table(self.hooks.to_toml()));
         toml::to_string(&table).unwrap_or_default()
-    }
-
-    fn hooks_table(&self) -> toml::Table {
-        let d = |d: Duration| toml::Value::from(humantime::format_duration(d).to_string());
-        let argv = |argv: &[String]| toml::Value::from(argv.to_vec());
-        let env = |env: &std::collections::BTreeMap<String, String>| {
-            toml::Value::Table(
-                env.iter()
-                    .map(|(k, v)| (k.clone(), v.clone().into()))
-                    .collect(),
-            )
-        };
-        let hooks = &self.hooks;
-        let mut table = toml::Table::new();
-        table.insert("shutdown_timeout".into(), d(hooks.shutdown_timeout));
-        table.insert("containment".into(), hooks.containment.as_str().into());
-        for (name, hook) in [
-            ("on_elected", &hooks.on_elected),
-            ("on_demoted", &hooks.on_demoted),
-            ("on_leader_change", &hooks.on_leader_change),
-            ("while_leader", &hooks.while_leader),
-        ] {
-            if let Some(hook) = hook {
-                let mut entry = toml::Table::new();
-                entry.insert("command".into(), argv(&hook.argv));
-                entry.insert("timeout".into(), d(hook.timeout));
-                if !hook.env.is_empty() {
-                    entry.insert("env".into(), env(&hook.env));
-                }
-                table.insert(name.into(), toml::Value::Table(entry));
-            }
-        }
-        if let Some(command) = &hooks.leader_command {
-            let mut entry = toml::Table::new();
-            entry.insert("command".into(), argv(&command.argv));
-            if !command.env.is_empty() {
-                entry.insert("env".into(), env(&command.env));
-            }
-            entry.insert("stop_timeout".into(), d(command.stop_timeout));
-            let restart = match command.restart {
-                crate::hooks::Restart::OnFailure => "on-failure",
-                crate::hooks::Restart::Always => "always",
-                crate::hooks::Restart::Never => "never",
-            };
-            entry.insert("restart".into(), restart.into());
-            entry.insert("step_down_on_exit".into(), command.step_down_on_exit.into());
-            table.insert("leader_command".into(), toml::Value::Table(entry));
-        }
-        table
     }
 }
 

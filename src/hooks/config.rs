@@ -1,4 +1,5 @@
-//! The `[hooks]` section: what to run on which event, parsed with errors that name the key.
+//! The `[hooks]` section: what to run on which event, parsed with errors that name the key,
+//! and written back as TOML for `leaderd check-config`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -52,6 +53,27 @@ pub enum Restart {
     OnFailure,
     Always,
     Never,
+}
+
+impl Restart {
+    pub const CHOICES: &str = "\"on-failure\", \"always\" or \"never\"";
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "on-failure" => Some(Restart::OnFailure),
+            "always" => Some(Restart::Always),
+            "never" => Some(Restart::Never),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Restart::OnFailure => "on-failure",
+            Restart::Always => "always",
+            Restart::Never => "never",
+        }
+    }
 }
 
 /// The long-running leader-only process.
@@ -258,18 +280,18 @@ fn leader_command(key: &str, value: &config::Value) -> Result<LeaderCommand, Hoo
     };
     let restart = match t.get("restart") {
         None => Restart::OnFailure,
-        Some(v) => match v.clone().into_string().as_deref() {
-            Ok("on-failure") => Restart::OnFailure,
-            Ok("always") => Restart::Always,
-            Ok("never") => Restart::Never,
-            _ => {
-                return Err(error(
+        Some(v) => v
+            .clone()
+            .into_string()
+            .ok()
+            .and_then(|text| Restart::parse(&text))
+            .ok_or_else(|| {
+                error(
                     &format!("{key}.restart"),
                     v,
-                    "must be \"on-failure\", \"always\" or \"never\"",
-                ));
-            }
-        },
+                    format!("must be {}", Restart::CHOICES),
+                )
+            })?,
     };
     let step_down_on_exit = match t.get("step_down_on_exit") {
         None => false,
@@ -302,6 +324,76 @@ fn leader_command(key: &str, value: &config::Value) -> Result<LeaderCommand, Hoo
     })
 }
 
+impl HooksConfig {
+    /// The section as TOML, every default spelled out: what `leaderd check-config` prints.
+    pub fn to_toml(&self) -> toml::Table {
+        let mut table = toml::Table::new();
+        table.insert(
+            "shutdown_timeout".into(),
+            duration_value(self.shutdown_timeout),
+        );
+        table.insert("containment".into(), self.containment.as_str().into());
+        for (name, hook) in [
+            ("on_elected", &self.on_elected),
+            ("on_demoted", &self.on_demoted),
+            ("on_leader_change", &self.on_leader_change),
+            ("while_leader", &self.while_leader),
+        ] {
+            if let Some(hook) = hook {
+                table.insert(name.into(), toml::Value::Table(hook.to_toml()));
+            }
+        }
+        if let Some(command) = &self.leader_command {
+            table.insert(
+                "leader_command".into(),
+                toml::Value::Table(command.to_toml()),
+            );
+        }
+        table
+    }
+}
+
+impl HookCommand {
+    /// The table form, `timeout` included.
+    pub fn to_toml(&self) -> toml::Table {
+        let mut entry = toml::Table::new();
+        entry.insert("command".into(), self.argv.clone().into());
+        entry.insert("timeout".into(), duration_value(self.timeout));
+        if !self.env.is_empty() {
+            entry.insert("env".into(), env_value(&self.env));
+        }
+        entry
+    }
+}
+
+impl LeaderCommand {
+    /// The table form, every setting included.
+    pub fn to_toml(&self) -> toml::Table {
+        let mut entry = toml::Table::new();
+        entry.insert("command".into(), self.argv.clone().into());
+        if !self.env.is_empty() {
+            entry.insert("env".into(), env_value(&self.env));
+        }
+        entry.insert("stop_timeout".into(), duration_value(self.stop_timeout));
+        entry.insert("restart".into(), self.restart.as_str().into());
+        entry.insert("step_down_on_exit".into(), self.step_down_on_exit.into());
+        entry
+    }
+}
+
+/// A duration the way the configuration takes it ("1m 30s").
+fn duration_value(d: Duration) -> toml::Value {
+    humantime::format_duration(d).to_string().into()
+}
+
+fn env_value(env: &BTreeMap<String, String>) -> toml::Value {
+    toml::Value::Table(
+        env.iter()
+            .map(|(name, value)| (name.clone(), value.clone().into()))
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,10 +408,7 @@ mod tests {
         HooksConfig::parse(&table)
     }
 
-    #[test]
-    fn argv_and_table_forms() {
-        let hooks = parse(
-            r#"
+    const BOTH_FORMS: &str = r#"
 [hooks]
 on_elected = ["/bin/elected", "--now"]
 shutdown_timeout = "20s"
@@ -331,9 +420,11 @@ env = { MODE = "drain" }
 command = ["/usr/bin/worker"]
 restart = "always"
 step_down_on_exit = true
-"#,
-        )
-        .unwrap();
+"#;
+
+    #[test]
+    fn argv_and_table_forms() {
+        let hooks = parse(BOTH_FORMS).unwrap();
         let elected = hooks.on_elected.unwrap();
         assert_eq!(elected.argv, ["/bin/elected", "--now"]);
         assert_eq!(elected.timeout, DEFAULT_HOOK_TIMEOUT);
@@ -351,6 +442,19 @@ step_down_on_exit = true
         assert_eq!(hooks.containment, ContainmentMode::Auto);
         let hooks = parse("[hooks]\ncontainment = \"subreaper\"\n").unwrap();
         assert_eq!(hooks.containment, ContainmentMode::Subreaper);
+    }
+
+    #[test]
+    fn the_written_section_reads_back_the_same() {
+        let others = "[hooks]\nwhile_leader = [\"/bin/tick\"]\ncontainment = \"subreaper\"\n\
+                      [hooks.leader_command]\ncommand = [\"/bin/w\"]\nrestart = \"never\"\n";
+        for section in [BOTH_FORMS, others] {
+            let hooks = parse(section).unwrap();
+            let mut file = toml::Table::new();
+            file.insert("hooks".into(), toml::Value::Table(hooks.to_toml()));
+            let written = toml::to_string(&file).unwrap();
+            assert_eq!(parse(&written).unwrap(), hooks, "{written}");
+        }
     }
 
     #[test]

@@ -13,16 +13,17 @@
 //!   them all (SIGSTOP) and kills them (SIGKILL), round after round until none is left, so
 //!   a process forking in a loop cannot stay ahead.
 //!
-//! leaderd decides the mode once at start ([`Containment::resolve`]) and tells each guard
-//! the cgroup to create the hook's cgroup in (`--cgroup-parent`).
+//! This file resolves the mode and holds the cgroup; the subreaper's sweep is in
+//! `super::subreaper`, and [`sweep`] does both. leaderd decides the mode once at start
+//! ([`Containment::resolve`]) and tells each guard the cgroup to create the hook's cgroup
+//! in (`--cgroup-parent`).
 
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, kill};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
-use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use tracing::info;
+
+use super::subreaper;
 
 /// `hooks.containment`: how leader-scoped hooks are contained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -109,6 +110,31 @@ impl Containment {
             Containment::Subreaper => "subreaper",
         }
     }
+}
+
+/// Decides how fenced hooks are held (`hooks.containment`), and says so in the log: once,
+/// at start.
+pub fn resolve_containment(mode: ContainmentMode) -> Result<Containment, ContainmentError> {
+    let (containment, no_cgroup) = Containment::resolve(mode)?;
+    match (&containment, no_cgroup) {
+        (Containment::Cgroup { parent }, _) => info!(
+            containment = containment.as_str(),
+            cgroup = %parent.display(),
+            "hook containment: cgroup (each leader-scoped hook in a cgroup of its own, ended \
+             with cgroup.kill; the guard's subreaper sweep besides)"
+        ),
+        (Containment::Subreaper, Some(reason)) => info!(
+            containment = containment.as_str(),
+            "hook containment: subreaper (the guard sweeps the hook's descendants; no \
+             cgroup: {reason})"
+        ),
+        (Containment::Subreaper, None) => info!(
+            containment = containment.as_str(),
+            "hook containment: subreaper (the guard sweeps the hook's descendants; \
+             hooks.containment = \"subreaper\")"
+        ),
+    }
+    Ok(containment)
 }
 
 /// The directory of leaderd's own cgroup v2, if hooks can get child cgroups there that
@@ -271,80 +297,9 @@ fn wait_unpopulated(dir: &Path, within: Duration) -> bool {
             Err(_) => return true,
             Ok(_) if Instant::now() >= give_up => return false,
             Ok(_) => {
-                reap_exited();
+                subreaper::reap_exited();
                 std::thread::sleep(Duration::from_millis(2));
             }
-        }
-    }
-}
-
-/// Makes this process a child subreaper: orphans among its descendants become its
-/// children, not init's, and stay within reach of [`sweep`].
-pub fn become_subreaper() -> nix::Result<()> {
-    nix::sys::prctl::set_child_subreaper(true)
-}
-
-/// One live process, from /proc/PID/stat.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Proc {
-    pid: i32,
-    ppid: i32,
-    group: i32,
-    /// Start time since boot, in clock ticks: with the pid, names the process even if the
-    /// pid is reused.
-    started: u64,
-}
-
-/// Parses /proc/PID/stat text; `None` for zombies (and dead tasks): they run nothing, and
-/// reaping is their parent's business.
-fn parse_stat(pid: i32, stat: &str) -> Option<Proc> {
-    // The command name may hold spaces and parentheses: fields start after the last ')'.
-    let (_, rest) = stat.rsplit_once(") ")?;
-    let fields: Vec<&str> = rest.split(' ').collect();
-    if matches!(*fields.first()?, "Z" | "X" | "x") {
-        return None;
-    }
-    Some(Proc {
-        pid,
-        ppid: fields.get(1)?.parse().ok()?,
-        group: fields.get(2)?.parse().ok()?,
-        started: fields.get(19)?.parse().ok()?,
-    })
-}
-
-/// Every live process below `root`, by parent links in /proc.
-fn descendants(root: Pid) -> Vec<Proc> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut children: HashMap<i32, Vec<Proc>> = HashMap::new();
-    for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue; // gone meanwhile
-        };
-        if let Some(process) = parse_stat(pid, &stat) {
-            children.entry(process.ppid).or_default().push(process);
-        }
-    }
-    let mut found = Vec::new();
-    let mut next = vec![root.as_raw()];
-    while let Some(parent) = next.pop() {
-        for child in children.remove(&parent).unwrap_or_default() {
-            next.push(child.pid);
-            found.push(child);
-        }
-    }
-    found
-}
-
-/// Reaps every child that has exited, without waiting.
-pub fn reap_exited() {
-    while let Ok(status) = waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
-        if status == WaitStatus::StillAlive {
-            break;
         }
     }
 }
@@ -353,83 +308,16 @@ pub fn reap_exited() {
 /// start one.
 static SWEEPING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// How long a sweep goes on killing processes that do not die (uninterruptible sleep).
-const SWEEP_GIVE_UP: Duration = Duration::from_secs(5);
-
 /// Kills every descendant of this process: the hook's cgroup at once (if any), then by
-/// /proc, freezing all it finds before killing, round after round until none is left.
+/// /proc ([`subreaper::kill_descendants`]).
 pub fn sweep(cgroup: Option<&HookCgroup>) {
     let _one_at_a_time = SWEEPING.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(cgroup) = cgroup {
         cgroup.kill();
     }
-    let me = Pid::this();
-    let give_up = Instant::now() + SWEEP_GIVE_UP;
-    // Processes of another user (sudo): only a cgroup can end those.
-    let mut forbidden: HashSet<i32> = HashSet::new();
-    loop {
-        reap_exited();
-        // Freeze first: a stopped process forks no more, so the set can be completed.
-        let mut frozen: HashSet<i32> = HashSet::new();
-        loop {
-            let new: Vec<Proc> = descendants(me)
-                .into_iter()
-                .filter(|p| !frozen.contains(&p.pid) && !forbidden.contains(&p.pid))
-                .collect();
-            if new.is_empty() {
-                break;
-            }
-            for process in new {
-                match kill(Pid::from_raw(process.pid), Signal::SIGSTOP) {
-                    Err(Errno::EPERM) => {
-                        eprintln!(
-                            "leaderd hook-guard: not allowed to kill process {} (another \
-                             user's); only hooks.containment = \"cgroup\" can",
-                            process.pid
-                        );
-                        forbidden.insert(process.pid);
-                    }
-                    _ => {
-                        frozen.insert(process.pid);
-                    }
-                }
-            }
-        }
-        if frozen.is_empty() {
-            break;
-        }
-        for &pid in &frozen {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-        }
-        if Instant::now() >= give_up {
-            eprintln!(
-                "leaderd hook-guard: processes {frozen:?} do not die of SIGKILL \
-                 (uninterruptible sleep?); giving up on them"
-            );
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    subreaper::kill_descendants();
     if let Some(cgroup) = cgroup {
         cgroup.remove();
-    }
-}
-
-/// Passes SIGTERM on to the descendants outside process group `group` (which got it from
-/// leaderd directly), each at most once: `sent` remembers who had it.
-pub fn forward_term(group: Pid, sent: &mut HashSet<(i32, u64)>) {
-    for process in descendants(Pid::this()) {
-        if process.group != group.as_raw() && sent.insert((process.pid, process.started)) {
-            match kill(Pid::from_raw(process.pid), Signal::SIGTERM) {
-                Ok(()) | Err(Errno::ESRCH) => {}
-                Err(error) => {
-                    eprintln!(
-                        "leaderd hook-guard: cannot pass SIGTERM to {}: {error}",
-                        process.pid
-                    )
-                }
-            }
-        }
     }
 }
 
@@ -471,22 +359,6 @@ mod tests {
             cgroup_dir("31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n", "/"),
             None
         );
-    }
-
-    #[test]
-    fn stat_lines_parse_and_zombies_are_left_out() {
-        let stat = "4242 (a (weird) name) S 4200 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 98765 0 0";
-        assert_eq!(
-            parse_stat(4242, stat),
-            Some(Proc {
-                pid: 4242,
-                ppid: 4200,
-                group: 4242,
-                started: 98765
-            })
-        );
-        let zombie = "4243 (sh) Z 4200 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 98766 0 0";
-        assert_eq!(parse_stat(4243, zombie), None);
     }
 
     #[test]

@@ -49,6 +49,7 @@ use std::process::ExitCode;
 use std::sync::OnceLock;
 
 use super::containment::{self, HookCgroup};
+use super::subreaper;
 
 pub const SUBCOMMAND: &str = "hook-guard";
 /// The guard's descriptor for the fence pipe, unless it is stdin.
@@ -102,7 +103,7 @@ pub fn run(daemon_pid: i32, start: Start, cgroup_parent: Option<PathBuf>) -> Exi
         let _ = killpg(group, Signal::SIGKILL);
         return ExitCode::from(126);
     }
-    if let Err(error) = containment::become_subreaper() {
+    if let Err(error) = subreaper::become_subreaper() {
         eprintln!("leaderd hook-guard: cannot become a subreaper: {error}");
         return ExitCode::from(126);
     }
@@ -123,7 +124,7 @@ pub fn run(daemon_pid: i32, start: Start, cgroup_parent: Option<PathBuf>) -> Exi
         for signal in signals.forever() {
             match signal {
                 SIGUSR1 | SIGUSR2 => kill_hook_and_die(),
-                SIGTERM => containment::forward_term(group, &mut termed),
+                SIGTERM => subreaper::forward_term(group, &mut termed),
                 _ => {}
             }
         }

@@ -1,0 +1,459 @@
+//! Supervising the hooks: a task of its own, fed by the election's event channel and status
+//! watch, so nothing here can delay a renewal. Event hooks run one at a time in the order
+//! their events happened; `while_leader` ticks and the `leader_command` run beside them
+//! while this node leads; and a step-down (shutdown or resign) stops the leader work
+//! before `on_demoted` runs and the lease is given up.
+//!
+//! This file holds the task and its loop; `handle` is how the rest of leaderd drives it
+//! ([`Hooks`]), and `step_down` the step-down sequence.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep_until};
+use tracing::{debug, info, warn};
+
+use super::config::{HookCommand, HooksConfig, Restart};
+use super::process::{Io, WarmGuard};
+use super::run::{HookContext, RunOutcome, RunSpec, run};
+use crate::election::{ResignHandle, Role, RoleEvent, Status};
+
+mod handle;
+mod step_down;
+pub use handle::Hooks;
+use step_down::StepDown;
+
+/// After a fenced hook took the guard started ahead, when the next one starts: not while
+/// that hook is starting, on a host with few cores.
+const WARM_GUARD_AFTER: Duration = Duration::from_millis(100);
+
+/// A queued event hook with the environment of its moment.
+struct EventJob {
+    hook: &'static str,
+    command: HookCommand,
+    env: Vec<(String, String)>,
+    /// on_elected of this term: leader-scoped, and followed by the leader_command.
+    elected_term: Option<i64>,
+    /// on_demoted of this term: waits until that term's leader work is gone.
+    demoted_term: Option<i64>,
+}
+
+/// The supervisor task's state: what runs now, what is queued, and where a step-down is.
+struct Supervisor {
+    config: HooksConfig,
+    context: HookContext,
+    status: watch::Receiver<Status>,
+    resign: ResignHandle,
+    /// SIGTERM now and SIGKILL by the instant, for every hook running (shutdown).
+    stop_by: watch::Sender<Option<Instant>>,
+    /// The same for leader-scoped processes only (shutdown and resign).
+    stop_leader_work_by: watch::Sender<Option<Instant>>,
+    /// The term this node is resigning from: its leader work is stopping, and the
+    /// election resigns once that and on_demoted are done.
+    resigning: Option<i64>,
+    /// The last term whose on_demoted was queued: a term is demoted once, whichever of
+    /// a resign, a shutdown and the election's own event says so first.
+    demoted_queued: Option<i64>,
+    /// The term this node leads, as the events tell.
+    leading: Option<i64>,
+    /// The leader, the one before it and the term, as the events tell: for the hooks'
+    /// `LEADERD_*` environment.
+    leader: Option<String>,
+    previous_leader: Option<String>,
+    term: Option<i64>,
+    /// Event hooks waiting for the one running now, in the order their events happened.
+    queue: VecDeque<EventJob>,
+    /// The event hook running now (its term is set if it is on_elected).
+    event_run: Option<RunningHook>,
+    /// The while_leader run of the last tick, if still running, and when the next is due.
+    while_run: Option<RunningHook>,
+    next_while: Instant,
+    command_run: Option<RunningHook>,
+    /// When stepping down for shutdown must be over.
+    step_down_deadline: Option<Instant>,
+    /// When the leader_command that ended starts again (per its `restart`).
+    command_restart_at: Option<Instant>,
+    /// Stepping down for shutdown: no new leader work, events ignored.
+    stopping: bool,
+    /// A guard started ahead of time for the next fenced hook, and when to start the next.
+    warm: Option<WarmGuard>,
+    warm_due: Option<Instant>,
+}
+
+/// A hook run in progress.
+struct RunningHook {
+    handle: JoinHandle<RunOutcome>,
+    /// The term it is leader-scoped in (fenced to), if it is: kept with the handle so that
+    /// the two cannot disagree.
+    term: Option<i64>,
+}
+
+impl RunningHook {
+    /// Whether it is leader work of `term` or an earlier term.
+    fn leader_work_of(&self, term: i64) -> bool {
+        self.term.is_some_and(|t| t <= term)
+    }
+}
+
+/// Waits for the run in `slot` to end, empties the slot and gives back its outcome (`None`
+/// if the task failed) and its term; pending while the slot is empty. Cancel-safe: the
+/// handle stays in the slot until it has finished, so a `select!` that takes another
+/// branch loses nothing.
+async fn join_running(slot: &mut Option<RunningHook>) -> (Option<RunOutcome>, Option<i64>) {
+    match slot {
+        Some(running) => {
+            let outcome = (&mut running.handle).await.ok();
+            let term = slot.take().and_then(|running| running.term);
+            (outcome, term)
+        }
+        None => std::future::pending().await,
+    }
+}
+
+impl Supervisor {
+    fn new(
+        config: HooksConfig,
+        context: HookContext,
+        status: watch::Receiver<Status>,
+        resign: ResignHandle,
+    ) -> Self {
+        Supervisor {
+            config,
+            context,
+            status,
+            resign,
+            stop_by: watch::channel(None).0,
+            stop_leader_work_by: watch::channel(None).0,
+            resigning: None,
+            demoted_queued: None,
+            leading: None,
+            leader: None,
+            previous_leader: None,
+            term: None,
+            queue: VecDeque::new(),
+            event_run: None,
+            while_run: None,
+            next_while: Instant::now(),
+            command_run: None,
+            step_down_deadline: None,
+            command_restart_at: None,
+            stopping: false,
+            warm: None,
+            warm_due: Some(Instant::now()),
+        }
+    }
+
+    /// Whether any hook configured now is fenced (and so can use a guard started ahead).
+    fn runs_fenced_hooks(&self) -> bool {
+        let c = &self.config;
+        !self.stopping
+            && (c.on_elected.is_some() || c.while_leader.is_some() || c.leader_command.is_some())
+    }
+
+    /// The guard started ahead, for a fenced hook starting now; the next one starts a
+    /// little later, not while this hook is starting.
+    fn take_warm_guard(&mut self) -> Option<WarmGuard> {
+        self.warm_due
+            .get_or_insert(Instant::now() + WARM_GUARD_AFTER);
+        self.warm.take()
+    }
+
+    fn start_warm_guard(&mut self) {
+        self.warm_due = None;
+        if self.warm.is_some() || !self.runs_fenced_hooks() {
+            return;
+        }
+        match WarmGuard::start(&self.context.containment) {
+            Ok(guard) => self.warm = Some(guard),
+            // Hooks start the usual way; try again later.
+            Err(error) => {
+                debug!(%error, "cannot start a guard ahead of time");
+                self.warm_due = Some(Instant::now() + self.context.interval);
+            }
+        }
+    }
+
+    fn env(&self, event: &str, role: Role) -> Vec<(String, String)> {
+        let c = &self.context;
+        vec![
+            ("LEADERD_EVENT".into(), event.into()),
+            ("LEADERD_ELECTION".into(), c.election.clone()),
+            ("LEADERD_NODE_ID".into(), c.node_id.clone()),
+            ("LEADERD_ROLE".into(), role.as_str().into()),
+            (
+                "LEADERD_LEADER".into(),
+                self.leader.clone().unwrap_or_default(),
+            ),
+            (
+                "LEADERD_PREVIOUS_LEADER".into(),
+                self.previous_leader.clone().unwrap_or_default(),
+            ),
+            (
+                "LEADERD_TERM".into(),
+                self.term.map(|t| t.to_string()).unwrap_or_default(),
+            ),
+        ]
+    }
+
+    fn start(
+        &mut self,
+        hook: &'static str,
+        command: &HookCommand,
+        env: Vec<(String, String)>,
+        fence_term: Option<i64>,
+    ) -> RunningHook {
+        let mut env = env;
+        env.extend(command.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut timeout = command.timeout;
+        if let Some(deadline) = self.step_down_deadline {
+            // on_demoted at shutdown gets what is left of hooks.shutdown_timeout.
+            timeout = timeout.min(deadline.saturating_duration_since(Instant::now()));
+        }
+        let spec = RunSpec {
+            hook,
+            argv: command.argv.clone(),
+            env,
+            timeout: Some(timeout),
+            fence_term,
+            io: Io::Logged,
+            forward: None,
+            warm: fence_term.and_then(|_| self.take_warm_guard()),
+        };
+        self.spawn(spec)
+    }
+
+    /// Starts `spec` on a task of its own, stoppable as [`Self::stop_receiver`] says.
+    fn spawn(&self, spec: RunSpec) -> RunningHook {
+        let term = spec.fence_term;
+        let stop_by = self.stop_receiver(spec.hook, term.is_some());
+        RunningHook {
+            handle: tokio::spawn(run(
+                spec,
+                self.context.clone(),
+                self.status.clone(),
+                stop_by,
+            )),
+            term,
+        }
+    }
+
+    fn start_leader_command(&mut self) {
+        let Some(command) = &self.config.leader_command else {
+            return;
+        };
+        let Some(term) = self.leading else { return };
+        // Not before this term's on_elected has finished.
+        let elected_pending = self
+            .event_run
+            .as_ref()
+            .is_some_and(|run| run.term == Some(term))
+            || self.queue.iter().any(|job| job.elected_term == Some(term));
+        if self.stopping || self.command_run.is_some() || elected_pending {
+            return;
+        }
+        let mut env = self.env("leader_command", Role::Leader);
+        env.extend(command.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let spec = RunSpec {
+            hook: "leader_command",
+            argv: command.argv.clone(),
+            env,
+            timeout: None,
+            fence_term: Some(term),
+            io: Io::Logged,
+            forward: None,
+            warm: self.take_warm_guard(),
+        };
+        info!(term, "starting leader_command");
+        self.command_run = Some(self.spawn(spec));
+    }
+
+    fn on_event(&mut self, event: RoleEvent) {
+        match event {
+            RoleEvent::Elected { term } => {
+                self.leading = Some(term);
+                self.term = Some(term);
+                self.stop_leader_work_by.send_replace(None);
+                // A resign of an earlier term is moot: that term is over.
+                self.resigning = None;
+                self.next_while = Instant::now();
+                match self.config.on_elected.clone() {
+                    Some(command) => {
+                        let env = self.env("elected", Role::Leader);
+                        self.queue.push_back(EventJob {
+                            hook: "on_elected",
+                            command,
+                            env,
+                            elected_term: Some(term),
+                            demoted_term: None,
+                        });
+                    }
+                    None => self.start_leader_command(),
+                }
+            }
+            RoleEvent::Demoted { term } => {
+                self.leading = None;
+                self.command_restart_at = None;
+                // Queued leader-only hooks of that term are moot now.
+                self.queue.retain(|job| job.elected_term.is_none());
+                // Running ones are stopped by their fence (the status no longer says
+                // leader); on_demoted waits for them below.
+                self.queue_on_demoted(term);
+            }
+            RoleEvent::LeaderChanged {
+                previous,
+                current,
+                term,
+            } => {
+                self.previous_leader = previous;
+                self.leader = current;
+                self.term = term.or(self.term);
+                if let Some(command) = self.config.on_leader_change.clone() {
+                    let role = self.status.borrow().role;
+                    let env = self.env("leader_change", role);
+                    self.queue.push_back(EventJob {
+                        hook: "on_leader_change",
+                        command,
+                        env,
+                        elected_term: None,
+                        demoted_term: None,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Whether leader-scoped processes of `term` or earlier are still running.
+    fn leader_work_running(&self, term: i64) -> bool {
+        [&self.command_run, &self.while_run, &self.event_run]
+            .into_iter()
+            .flatten()
+            .any(|run| run.leader_work_of(term))
+    }
+
+    fn start_next_event_hook(&mut self) {
+        if self.event_run.is_some() {
+            return;
+        }
+        // on_demoted of a term (and whatever follows it) waits until that term's leader
+        // work is gone.
+        let front = self.queue.front();
+        if front
+            .and_then(|job| job.demoted_term)
+            .is_some_and(|t| self.leader_work_running(t))
+        {
+            return;
+        }
+        if let Some(job) = self.queue.pop_front() {
+            self.event_run = Some(self.start(job.hook, &job.command, job.env, job.elected_term));
+        }
+    }
+
+    async fn run(
+        mut self,
+        mut events: mpsc::UnboundedReceiver<RoleEvent>,
+        step_down: oneshot::Receiver<oneshot::Sender<()>>,
+        mut reloads: mpsc::UnboundedReceiver<HooksConfig>,
+    ) {
+        tokio::pin!(step_down);
+        let mut step_down_done: Option<oneshot::Sender<()>> = None;
+        loop {
+            self.start_next_event_hook();
+            let while_due =
+                self.leading.is_some() && !self.stopping && self.config.while_leader.is_some();
+            tokio::select! {
+                // A stop first: an event waiting beside it must not start leader work.
+                biased;
+                done = &mut step_down, if step_down_done.is_none() && !self.stopping => {
+                    let Ok(done) = done else { continue };
+                    self.begin_step_down(StepDown::Shutdown);
+                    step_down_done = Some(done);
+                }
+                event = events.recv() => match event {
+                    Some(_) if self.stopping => {}
+                    Some(event) => self.on_event(event),
+                    None => break,
+                },
+                Some(config) = reloads.recv() => {
+                    info!("hooks reloaded");
+                    self.config = config;
+                    // A fenced hook the reload added gets a guard started ahead too.
+                    self.warm_due.get_or_insert_with(Instant::now);
+                    // A leader_command added by the reload starts now.
+                    self.start_leader_command();
+                }
+                (_, elected_term) = join_running(&mut self.event_run) => {
+                    if elected_term.is_some() && elected_term == self.leading {
+                        // The leader's long-running work starts once on_elected is done.
+                        self.start_leader_command();
+                    }
+                }
+                _ = sleep_until(self.next_while), if while_due => {
+                    self.next_while = Instant::now() + self.context.interval;
+                    if self.while_run.is_some() {
+                        info!("while_leader is still running; skipping this tick");
+                    } else if let Some(command) = self.config.while_leader.clone() {
+                        let env = self.env("while_leader", Role::Leader);
+                        self.while_run = Some(self.start("while_leader", &command, env, self.leading));
+                    }
+                }
+                _ = join_running(&mut self.while_run) => {}
+                (outcome, term) = join_running(&mut self.command_run) => {
+                    self.leader_command_ended(outcome, term);
+                }
+                _ = sleep_until(self.warm_due.unwrap_or_else(Instant::now)), if self.warm_due.is_some() => {
+                    self.start_warm_guard();
+                }
+                _ = sleep_until(self.command_restart_at.unwrap_or_else(Instant::now)), if self.command_restart_at.is_some() => {
+                    self.command_restart_at = None;
+                    self.start_leader_command();
+                }
+            }
+            self.start_next_event_hook();
+            self.resign_when_stepped_down();
+            if let Some(done) = step_down_done.take() {
+                if self.leader_work_running(i64::MAX)
+                    || self.event_run.is_some()
+                    || !self.queue.is_empty()
+                {
+                    step_down_done = Some(done);
+                } else {
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+
+    fn leader_command_ended(&mut self, outcome: Option<RunOutcome>, term: Option<i64>) {
+        let Some(command) = self.config.leader_command.clone() else {
+            return;
+        };
+        let Some(outcome) = outcome else { return };
+        if self.leading.is_none() || self.stopping {
+            return;
+        }
+        if self.leading != term {
+            // That was an earlier term's; this term's starts now.
+            self.start_leader_command();
+            return;
+        }
+        if !outcome.stopped && command.step_down_on_exit {
+            warn!(
+                term = self.leading,
+                "leader_command exited; stepping down (step_down_on_exit)"
+            );
+            self.begin_step_down(StepDown::Resign);
+            return;
+        }
+        let restart = outcome.stopped
+            || match command.restart {
+                Restart::Always => true,
+                Restart::OnFailure => !outcome.success(),
+                Restart::Never => false,
+            };
+        if restart {
+            // Not in a tight loop, and only once the lease is comfortably ahead again.
+            self.command_restart_at = Some(Instant::now() + self.context.interval);
+        }
+    }
+}
