@@ -31,14 +31,10 @@ pub mod election;
 pub mod lock;
 pub mod store;
 
-// Public only until the hooks split of issue 12 lands (it uses or drops the two items
-// that crate-private visibility reports unused); not part of the library API.
-#[doc(hidden)]
-pub mod hooks;
-
 pub(crate) mod cli;
 pub(crate) mod config;
 pub(crate) mod daemon;
+pub(crate) mod hooks;
 pub(crate) mod http;
 pub(crate) mod logging;
 pub(crate) mod metrics;

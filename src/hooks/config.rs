@@ -114,14 +114,6 @@ impl Default for HooksConfig {
 }
 
 impl HooksConfig {
-    pub fn is_empty(&self) -> bool {
-        self.on_elected.is_none()
-            && self.on_demoted.is_none()
-            && self.on_leader_change.is_none()
-            && self.while_leader.is_none()
-            && self.leader_command.is_none()
-    }
-
     /// Parses the `[hooks]` table (already checked for unknown top-level keys).
     pub fn parse(table: &config::Map<String, config::Value>) -> Result<Self, HookConfigError> {
         let hook = |name: &str| {

@@ -21,7 +21,9 @@ mod run;
 mod subreaper;
 mod supervisor;
 
-pub use config::{HookCommand, HooksConfig, LeaderCommand, Restart};
-pub use containment::{Containment, ContainmentError, ContainmentMode, resolve_containment};
-pub use run::{HookContext, LeasedRun, run_leased};
+pub use config::HooksConfig;
+#[cfg(test)]
+pub use containment::ContainmentMode;
+pub use containment::{ContainmentError, resolve_containment};
+pub use run::{HookContext, run_leased};
 pub use supervisor::Hooks;
