@@ -1,7 +1,7 @@
 //! leaderd: leader election through one row of a SQL table.
 //!
 //! Every node claims or renews the election's row with a short lease; the holder is the
-//! leader. See README.md for how the protocol stays safe with skewed clocks, slow
+//! leader. See docs/protocol.md for how the protocol stays safe with skewed clocks, slow
 //! databases and paused processes.
 //!
 //! # Layout

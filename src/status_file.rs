@@ -25,7 +25,7 @@ pub enum StatusFileError {
     },
 }
 
-/// The file's JSON document (schema documented in README.md), as written by the daemon
+/// The file's JSON document (schema documented in docs/operations.md), as written by the daemon
 /// and read back by `leaderd status --local`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusDocument {
