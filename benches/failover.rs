@@ -7,7 +7,7 @@
 //! `-- --runs N` changes the number of runs per measurement (default 30).
 
 #[allow(unused_macros)]
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod common;
 
 use common::records::{hooks_config, records, start};

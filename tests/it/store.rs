@@ -1,8 +1,7 @@
 //! The SQL lease store against the real PostgreSQL, MariaDB and SQLite: each statement's
 //! guarantees, judged by the database clock, on a database created for the test.
 
-#[macro_use]
-mod common;
+use crate::support as common;
 
 use common::proxy::{Mode, Proxy};
 use common::{Backend, TestDb};
@@ -540,17 +539,17 @@ async fn a_lease_held_before_the_term_token_migration_survives_it(backend: Backe
     let (create_table, now) = match backend {
         Backend::Postgres => (
             include_str!(
-                "../migrations/postgres/2026-11-22-000000_create_service_leader_lock/up.sql"
+                "../../migrations/postgres/2026-11-22-000000_create_service_leader_lock/up.sql"
             ),
             "clock_timestamp()",
         ),
         Backend::Mysql => (
-            include_str!("../migrations/mysql/2026-11-22-000000_create_service_leader_lock/up.sql"),
+            include_str!("../../migrations/mysql/2026-11-22-000000_create_service_leader_lock/up.sql"),
             "NOW(6)",
         ),
         Backend::Sqlite => (
             include_str!(
-                "../migrations/sqlite/2026-11-22-000000_create_service_leader_lock/up.sql"
+                "../../migrations/sqlite/2026-11-22-000000_create_service_leader_lock/up.sql"
             ),
             "strftime('%Y-%m-%d %H:%M:%f', 'now')",
         ),

@@ -1,8 +1,7 @@
 //! Hooks on real `leaderd` processes: scripts record what they saw (node, event, term,
 //! nanosecond timestamps) to files, and the checks read those records, not the logs.
 
-#[macro_use]
-mod common;
+use crate::support as common;
 
 use common::escape::{Ending, Escape, Heartbeat};
 use common::proxy::{Mode, Proxy};

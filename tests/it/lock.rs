@@ -2,8 +2,7 @@
 //! that record what they did (holder, term, nanosecond timestamps) to files. The checks
 //! read those records and exit statuses, not the logs.
 
-#[macro_use]
-mod common;
+use crate::support as common;
 
 use common::escape::{Ending, Escape, Heartbeat, MARK};
 use common::proxy::{Mode, Proxy};

@@ -2,8 +2,7 @@
 //! SIGHUP reloads, `status --local` exit codes, the HTTP endpoints, and the deployment
 //! files (systemd unit, Kubernetes manifests) checked offline.
 
-#[macro_use]
-mod common;
+use crate::support as common;
 
 use common::{
     Backend, Node, NodeSettings, Sampler, TestDb, http_get, leaderd, lines_of, script, wait_agreed,
