@@ -7,7 +7,7 @@
 //! `-- --runs N` changes the number of runs per measurement (default 30).
 
 #[allow(unused_macros)]
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod common;
 
 use common::records::{hooks_config, records, start};
@@ -18,6 +18,14 @@ use nix::sys::signal::Signal;
 use std::fmt::Write as _;
 use std::io::BufRead;
 use std::time::{Duration, Instant};
+
+#[path = "failover/etcd.rs"]
+mod etcd;
+#[path = "failover/scale.rs"]
+mod scale;
+
+use etcd::etcd_handovers;
+use scale::scale_table;
 
 const BACKENDS: [(Backend, &str); 3] = [
     (Backend::Postgres, "PostgreSQL"),
@@ -211,260 +219,6 @@ async fn idle(backend: Backend, duration: Duration) -> [(f64, f64); 2] {
     [measured[leader_index], measured[1 - leader_index]]
 }
 
-/// What the scale run measured.
-struct Scale {
-    ticks: Vec<f64>,
-    spurious: i64,
-    statements_per_second: f64,
-    settle: Duration,
-}
-
-/// `elections` elections of `contenders` contenders each, in this process, over
-/// `connections` shared PostgreSQL connections: round latency (first statement, waiting for
-/// a connection included), spurious leadership losses (new terms with no fault) and the
-/// statement rate, over `duration` once every election has a leader.
-async fn scale(
-    elections: usize,
-    contenders: usize,
-    connections: usize,
-    duration: Duration,
-) -> Scale {
-    use leaderd::election::{Election, ElectionSettings, Role};
-    use leaderd::store::DatabaseUrl;
-    use leaderd::store::shared::SharedStore;
-    use leaderd::store::{LeaseStore, Timeouts};
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    use std::sync::{Arc, Mutex};
-
-    let db = TestDb::new(Backend::Postgres);
-    let timeouts = Timeouts {
-        connect: Duration::from_secs(5),
-        query: Duration::from_millis(1200),
-    };
-    let store = SharedStore::new(
-        DatabaseUrl::parse(&db.url).unwrap(),
-        timeouts,
-        connections,
-        true,
-    );
-    store.clone().get("warm-up").await.unwrap();
-    let measuring = Arc::new(AtomicBool::new(false));
-    let ticks = Arc::new(Mutex::new(Vec::new()));
-    let statements = Arc::new(AtomicU64::new(0));
-    let mut statuses = Vec::new();
-    let mut stops = Vec::new();
-    let mut tasks = Vec::new();
-    // Contenders start spread over one interval, as processes on many hosts would; all at
-    // one instant would keep their rounds in lockstep.
-    let total = elections * contenders;
-    let spread = Instant::now();
-    for e in 0..elections {
-        for c in 0..contenders {
-            let index = e * contenders + c;
-            tokio::time::sleep_until(
-                (spread + Duration::from_secs(1).mul_f64(index as f64 / total as f64)).into(),
-            )
-            .await;
-            let settings = ElectionSettings::new(
-                &format!("e{e}"),
-                &format!("c{c}"),
-                Duration::from_millis(1200),
-                Duration::from_secs(1),
-            )
-            .expect("valid settings");
-            let (mut election, status) = Election::new(settings, store.clone());
-            election.poll_only();
-            let (measuring, ticks, statements) =
-                (measuring.clone(), ticks.clone(), statements.clone());
-            election.observe(Arc::new(move |report| {
-                if measuring.load(Ordering::Relaxed) {
-                    statements.fetch_add(report.statements, Ordering::Relaxed);
-                    if let Some(trip) = report.round_trip {
-                        ticks.lock().unwrap().push(trip.as_secs_f64() * 1000.0);
-                    }
-                }
-            }));
-            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            tasks.push(tokio::spawn(election.run(async move {
-                let _ = stopped.await;
-            })));
-            statuses.push((e, status));
-            stops.push(stop);
-        }
-    }
-    let started = Instant::now();
-    let leaders = |statuses: &[(
-        usize,
-        tokio::sync::watch::Receiver<leaderd::election::Status>,
-    )]| {
-        let mut led = vec![false; elections];
-        for (e, status) in statuses {
-            if status.borrow().role == Role::Leader {
-                led[*e] = true;
-            }
-        }
-        led.iter().filter(|l| **l).count()
-    };
-    while leaders(&statuses) < elections {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "not every election has a leader"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let settle = started.elapsed();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let terms = |statuses: &[(
-        usize,
-        tokio::sync::watch::Receiver<leaderd::election::Status>,
-    )]| {
-        let mut terms = vec![0i64; elections];
-        for (e, status) in statuses {
-            terms[*e] = terms[*e].max(status.borrow().term.unwrap_or(0));
-        }
-        terms
-    };
-    let before = terms(&statuses);
-    measuring.store(true, Ordering::Relaxed);
-    tokio::time::sleep(duration).await;
-    measuring.store(false, Ordering::Relaxed);
-    let after = terms(&statuses);
-    let spurious = before.iter().zip(&after).map(|(b, a)| a - b).sum();
-    for stop in stops {
-        let _ = stop.send(());
-    }
-    for task in tasks {
-        let _ = task.await;
-    }
-    let ticks = std::mem::take(&mut *ticks.lock().unwrap());
-    Scale {
-        ticks,
-        spurious,
-        statements_per_second: statements.load(Ordering::Relaxed) as f64 / duration.as_secs_f64(),
-        settle,
-    }
-}
-
-/// etcd's own election: three `etcdctl elect` contenders on a loopback etcd; SIGTERM to
-/// the leader (etcdctl resigns) until the next one prints its proposal.
-fn etcd_handovers(runs: usize) -> Result<(Vec<f64>, String), String> {
-    let have = |tool: &str, arg: &str| {
-        std::process::Command::new(tool)
-            .arg(arg)
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if !(have("etcd", "--version") && have("etcdctl", "version")) {
-        return Err("etcd/etcdctl not installed (apt-get install etcd-server etcd-client)".into());
-    }
-    let version = String::from_utf8_lossy(
-        &std::process::Command::new("etcd")
-            .arg("--version")
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .lines()
-    .next()
-    .unwrap_or_default()
-    .to_owned();
-    let dir = std::env::temp_dir().join(common::unique("etcd"));
-    let (client, peer) = (free_port(), free_port());
-    let endpoint = format!("http://127.0.0.1:{client}");
-    let mut etcd = std::process::Command::new("etcd")
-        .args(["--data-dir", dir.to_str().unwrap()])
-        .args([
-            "--listen-client-urls",
-            &endpoint,
-            "--advertise-client-urls",
-            &endpoint,
-        ])
-        .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
-        .args([
-            "--initial-advertise-peer-urls",
-            &format!("http://127.0.0.1:{peer}"),
-        ])
-        .args([
-            "--initial-cluster",
-            &format!("default=http://127.0.0.1:{peer}"),
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    std::thread::sleep(Duration::from_secs(2));
-    let (lines, elected) = std::sync::mpsc::channel::<(usize, u128)>();
-    let contender = |i: usize| {
-        let mut child = std::process::Command::new("etcdctl")
-            .args(["--endpoints", &endpoint, "elect", "bench", &format!("p{i}")])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let lines = lines.clone();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines() {
-                if line.is_ok_and(|l| l == format!("p{i}")) {
-                    let _ = lines.send((i, now_ns()));
-                }
-            }
-        });
-        child
-    };
-    let mut children: Vec<(usize, std::process::Child)> =
-        (0..3).map(|i| (i, contender(i))).collect();
-    let mut samples = Vec::new();
-    let (mut leader, _) = elected
-        .recv_timeout(Duration::from_secs(10))
-        .map_err(|_| "no etcd leader".to_string())?;
-    for next_id in 3..3 + runs {
-        std::thread::sleep(Duration::from_millis(300));
-        let index = children.iter().position(|(id, _)| *id == leader).unwrap();
-        let signalled = now_ns();
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(children[index].1.id() as i32),
-            Signal::SIGTERM,
-        )
-        .unwrap();
-        let (new_leader, at) = elected
-            .recv_timeout(Duration::from_secs(10))
-            .map_err(|_| "no etcd handover".to_string())?;
-        samples.push((at - signalled) as f64 / 1e6);
-        let _ = children[index].1.wait();
-        children[index] = (next_id, contender(next_id));
-        leader = new_leader;
-    }
-    for (_, child) in &mut children {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let _ = etcd.kill();
-    let _ = etcd.wait();
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok((samples, version))
-}
-
-async fn scale_table() -> String {
-    let mut table = String::new();
-    for (what, elections, contenders, connections) in [
-        ("1,000 contenders in one election", 1, 1000, 16),
-        ("1,000 elections of 3 contenders", 1000, 3, 32),
-    ] {
-        eprintln!("scale: {what}");
-        let run = scale(elections, contenders, connections, Duration::from_secs(30)).await;
-        let [_, median, p99, max] = stats(&run.ticks);
-        let _ = writeln!(
-            table,
-            "| {what} | {connections} | {:.1} s | {:.0} | {median:.2} | {p99:.2} | {max:.1} | {} |",
-            run.settle.as_secs_f64(),
-            run.statements_per_second,
-            run.spurious
-        );
-    }
-    table
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let runs = args
@@ -621,7 +375,7 @@ fn main() {
          |---|---|---|---|---|---|---|---|\n{scale}\n\
          Followers that expect a lease to lapse read at a random instant within min(ttl/64,\n\
          20 ms) after it; at one instant, the 999 followers of one election would all read\n\
-         together after each renewal. See README.md, \"Scaling past one database\".\n",
+         together after each renewal. See docs/scaling-and-databases.md, \"Load\".\n",
         started.elapsed().as_secs_f64(),
         env!("CARGO_PKG_VERSION"),
     );

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: makes sure the database servers the tests
 # talk to are up, installs the tools the tests use, then runs `cargo test`.
-# Extra arguments go to `cargo test` (e.g. `scripts/test.sh --test cluster`).
+# Extra arguments go to `cargo test` (e.g. `scripts/test.sh --test it cluster::`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

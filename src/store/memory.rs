@@ -321,6 +321,9 @@ impl LeaseStore for MemoryStore {
         }
         let (wake, woken) = tokio::sync::mpsc::channel(1);
         let mut releases = self.releases.subscribe();
+        // Like PostgreSQL's listener: one wake once listening, for a release that came
+        // between the caller's last read and now.
+        let _ = wake.try_send(());
         let name = name.to_owned();
         let listeners = Arc::clone(&self.listeners);
         listeners.fetch_add(1, std::sync::atomic::Ordering::SeqCst);

@@ -12,10 +12,9 @@
 //! Odd nodes run their leader_command in a session of its own (`setsid`), out of reach of
 //! a signal to the hook's process group: the guard must end it all the same.
 //!
-//! The seed is printed; `LEADERD_FAULT_SEED=N cargo test --test faults` replays a run.
+//! The seed is printed; `LEADERD_FAULT_SEED=N cargo test --test it faults::` replays a run.
 
-#[macro_use]
-mod common;
+use crate::support as common;
 
 use common::proxy::{Mode, Proxy};
 use common::records::{check_no_overlap, hooks_config, records, runs, start};
@@ -222,7 +221,7 @@ async fn faults_never_make_two_leaders(backend: Backend) {
                 .as_nanos() as u64
         });
     eprintln!(
-        "[faults] {backend:?}: seed {seed} (replay: LEADERD_FAULT_SEED={seed} cargo test --test faults)"
+        "[faults] {backend:?}: seed {seed} (replay: LEADERD_FAULT_SEED={seed} cargo test --test it faults::)"
     );
     let mut rng = Rng(seed);
     let db = TestDb::new(backend);

@@ -1,16 +1,21 @@
 //! The SQL lease store against the real PostgreSQL, MariaDB and SQLite: each statement's
-//! guarantees, judged by the database clock, on a database created for the test.
+//! guarantees, judged by the database clock, on a database created for the test. The
+//! lease contract itself (`contract`) runs on the in-memory store as well.
 
-#[macro_use]
-mod common;
+use crate::support as common;
 
 use common::proxy::{Mode, Proxy};
 use common::{Backend, TestDb};
 use leaderd::store::DatabaseUrl;
+use leaderd::store::memory::MemoryStore;
 use leaderd::store::shared::SharedStore;
 use leaderd::store::{DbConnection, LeaseStore, ProcessToken, SqlStore, StoreError, Timeouts};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+mod contract;
+
+use contract::*;
 
 const TTL: Duration = Duration::from_millis(1200);
 
@@ -30,161 +35,38 @@ fn any_token() -> ProcessToken {
     ProcessToken::random()
 }
 
-fn store(db: &TestDb) -> SqlStore {
-    store_at(&db.url, TTL)
+/// A new connection to the table of `db`.
+fn store<T: Table>(db: &T) -> T::Store {
+    db.store()
 }
 
-async fn claim_renew_release(backend: Backend) {
-    let db = TestDb::new(backend);
-    let (mut a, mut b) = (store(&db), store(&db));
-    // Connect (and migrate) before any lease runs, so set-up time does not count.
-    a.connect().await.unwrap();
-    b.connect().await.unwrap();
-    let name = "claims";
-    assert_eq!(a.get(name).await.unwrap(), None);
-    a.ensure_row(name).await.unwrap();
-    a.ensure_row(name).await.unwrap();
-    let row = a.get(name).await.unwrap().unwrap();
-    assert_eq!(
-        (row.holder, row.term),
-        (None, 0),
-        "creating the row grants nothing"
-    );
+/// The table of a test database.
+impl Table for TestDb {
+    type Store = SqlStore;
 
-    assert!(a.claim(name, "a", any_token(), TTL, 0).await.unwrap());
-    assert!(
-        !b.claim(name, "b", any_token(), TTL, 0).await.unwrap(),
-        "stale term"
-    );
-    assert!(
-        !b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
-        "live lease"
-    );
-    assert!(a.renew(name, "a", TTL, 1).await.unwrap());
-    assert!(!b.renew(name, "b", TTL, 1).await.unwrap(), "not the holder");
-    assert!(!a.renew(name, "a", TTL, 0).await.unwrap(), "wrong term");
-    let row = b.get(name).await.unwrap().unwrap();
-    assert_eq!((row.live_holder(), row.term), (Some("a"), 1));
-    // The database runs on this host: its clock agrees with ours to well within 50 ms
-    // (a time zone mix-up would be hours off).
-    let offset = row
-        .clock_offset_us
-        .expect("a read measures the clock offset");
-    assert!(offset.abs() < 50_000, "clock offset {offset} µs");
-    assert!(
-        row.remaining() > TTL - Duration::from_millis(300),
-        "{row:?}"
-    );
+    fn store(&self) -> SqlStore {
+        store_at(&self.url, TTL)
+    }
 
-    assert!(!b.release(name, "b", 1).await.unwrap());
-    assert!(a.release(name, "a", 1).await.unwrap());
-    assert!(!a.release(name, "a", 1).await.unwrap(), "released once");
-    assert!(
-        !a.renew(name, "a", TTL, 1).await.unwrap(),
-        "a released lease cannot be renewed"
-    );
-    let row = b.get(name).await.unwrap().unwrap();
-    assert_eq!(
-        (row.holder.as_deref(), row.remaining()),
-        (None, Duration::ZERO)
-    );
-    assert!(
-        b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
-        "a released lease is free at once"
-    );
-    assert_eq!(b.get(name).await.unwrap().unwrap().term, 2);
+    fn notifies(&self) -> bool {
+        self.backend == Backend::Postgres
+    }
+
+    async fn start_term_as_old_version(&self, name: &str, holder: &str) -> bool {
+        let url = DatabaseUrl::parse(&self.url).unwrap();
+        let mut old_node = DbConnection::connect(&url, TTL).await.unwrap();
+        let update = format!(
+            "UPDATE service_leader_lock SET term = term + 1, container_id = '{holder}'
+           WHERE name = '{name}'"
+        );
+        execute_raw(&mut old_node, &[&update]).await;
+        true
+    }
 }
 
-async fn leases_lapse_by_the_database_clock(backend: Backend) {
-    let db = TestDb::new(backend);
-    let (mut a, mut b) = (store(&db), store(&db));
-    a.connect().await.unwrap();
-    b.connect().await.unwrap();
-    let name = "lapse";
-    let short = Duration::from_millis(600);
-    a.ensure_row(name).await.unwrap();
-    let sent = Instant::now();
-    assert!(a.claim(name, "a", any_token(), short, 0).await.unwrap());
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let row = b.get(name).await.unwrap().unwrap();
-    // Sub-second precision: whole-second timestamps would show 0 or 1000.
-    assert!(
-        row.age >= Duration::from_millis(150)
-            && row.age <= sent.elapsed() + Duration::from_millis(20),
-        "age {:?} after {:?}",
-        row.age,
-        sent.elapsed()
-    );
-    assert!(
-        !b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
-        "still live before its lease ends"
-    );
-
-    // Past the lease by the database clock (it executed the claim after `sent`).
-    tokio::time::sleep(
-        (sent + short + Duration::from_millis(30)).saturating_duration_since(Instant::now()),
-    )
-    .await;
-    assert!(
-        !a.renew(name, "a", short, 1).await.unwrap(),
-        "a lapsed lease is not renewed"
-    );
-    assert!(
-        b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
-        "a lapsed lease can be taken"
-    );
-    assert!(
-        !a.reacquire(name, "a", any_token(), TTL, 1).await.unwrap(),
-        "not ours any more"
-    );
-
-    // The holder of a row can start a new term on it while it still holds it.
-    assert!(b.reacquire(name, "b", any_token(), TTL, 2).await.unwrap());
-    assert_eq!(a.get(name).await.unwrap().unwrap().term, 3);
-}
-
-async fn ids_are_compared_exactly(backend: Backend) {
-    let db = TestDb::new(backend);
-    let mut s = store(&db);
-    let name = "exact";
-    s.ensure_row(name).await.unwrap();
-    assert!(s.claim(name, "node-a", any_token(), TTL, 0).await.unwrap());
-    assert!(
-        !s.renew(name, "Node-A", TTL, 1).await.unwrap(),
-        "case-insensitive match"
-    );
-    assert!(!s.release(name, "NODE-A", 1).await.unwrap());
-    assert!(s.renew(name, "node-a", TTL, 1).await.unwrap());
-    // Election names, too.
-    assert_eq!(s.get("EXACT").await.unwrap(), None);
-}
-
-async fn concurrent_claims_have_one_winner(backend: Backend) {
-    let db = TestDb::new(backend);
-    let mut setup = store(&db);
-    setup.ensure_row("race").await.unwrap();
-    for round in 0..5i64 {
-        let mut tasks = Vec::new();
-        for i in 0..5 {
-            let mut s = store(&db);
-            tasks.push(tokio::spawn(async move {
-                s.claim(
-                    "race",
-                    &format!("n{i}"),
-                    any_token(),
-                    Duration::from_millis(1),
-                    round,
-                )
-                .await
-                .unwrap()
-            }));
-        }
-        let mut winners = 0;
-        for task in tasks {
-            winners += task.await.unwrap() as usize;
-        }
-        assert_eq!(winners, 1, "round {round}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
+impl Connect for SqlStore {
+    fn connect(&mut self) -> impl std::future::Future<Output = Result<(), StoreError>> {
+        SqlStore::connect(self)
     }
 }
 
@@ -331,53 +213,6 @@ async fn statements_are_prepared_once_per_connection(backend: Backend) {
     assert_eq!((cached.len(), distinct.len()), (5, 5), "{cached:#?}");
 }
 
-/// Where the backend can tell (PostgreSQL), a release wakes the listeners for that name
-/// and only them; elsewhere there are no notifications to wait for.
-async fn a_release_notifies_where_the_backend_can_tell(backend: Backend) {
-    let db = TestDb::new(backend);
-    let mut holder = store(&db);
-    holder.connect().await.unwrap();
-    let Some(mut woken) = holder.release_notifications("notified") else {
-        assert_ne!(backend, Backend::Postgres, "PostgreSQL has LISTEN/NOTIFY");
-        return;
-    };
-    let mut other_name = holder.release_notifications("other").unwrap();
-    // Each listener wakes once when it starts listening (a release may have come first).
-    for listener in [&mut woken, &mut other_name] {
-        tokio::time::timeout(Duration::from_secs(5), listener.recv())
-            .await
-            .expect("listening");
-    }
-    holder.ensure_row("notified").await.unwrap();
-    assert!(
-        holder
-            .claim("notified", "a", any_token(), TTL, 0)
-            .await
-            .unwrap()
-    );
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(woken.try_recv().is_err(), "a claim is not a release");
-    let released_at = Instant::now();
-    assert!(holder.release("notified", "a", 1).await.unwrap());
-    tokio::time::timeout(Duration::from_secs(2), woken.recv())
-        .await
-        .expect("the release is notified");
-    let after = released_at.elapsed();
-    assert!(
-        after < Duration::from_millis(500),
-        "notified after {after:?}"
-    );
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(
-        other_name.try_recv().is_err(),
-        "another name's listener stays asleep"
-    );
-    // A release that changed nothing tells nobody.
-    assert!(!holder.release("notified", "a", 1).await.unwrap());
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(woken.try_recv().is_err());
-}
-
 /// Runs each statement in turn on a connection of the test's own (an operator, or another
 /// node's statement caught mid-way).
 async fn execute_raw(conn: &mut DbConnection, statements: &[&str]) {
@@ -479,57 +314,6 @@ async fn a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back
     );
 }
 
-/// A claim or a reacquire marks the term it starts with its process's token, and `get`
-/// returns it: a node whose claim's answer was lost tells its own term from one another
-/// process with the same node id started. A node of a version without the column (here
-/// its claim, run by hand) starts a term without writing it; the value it leaves behind
-/// must not pass for that term.
-async fn the_term_token_tells_which_process_started_the_term(backend: Backend) {
-    let db = TestDb::new(backend);
-    let mut s = store(&db);
-    let (first, second) = (ProcessToken::random(), ProcessToken::random());
-    let name = "tokens";
-    s.ensure_row(name).await.unwrap();
-    let row = s.get(name).await.unwrap().unwrap();
-    assert_eq!(row.term_token, None, "no process started a term yet");
-    assert!(!row.started_by(first));
-
-    assert!(s.claim(name, "twin", first, TTL, 0).await.unwrap());
-    let row = s.get(name).await.unwrap().unwrap();
-    assert_eq!(row.term_token, Some(first.for_term(1)));
-    assert!(row.started_by(first));
-    assert!(
-        !row.started_by(second),
-        "the same node id in another process"
-    );
-    assert!(s.renew(name, "twin", TTL, 1).await.unwrap());
-    assert!(s.release(name, "twin", 1).await.unwrap());
-    assert!(s.claim(name, "twin", first, TTL, 1).await.unwrap());
-    assert!(s.get(name).await.unwrap().unwrap().started_by(first));
-    assert!(s.reacquire(name, "twin", second, TTL, 2).await.unwrap());
-    let row = s.get(name).await.unwrap().unwrap();
-    assert_eq!(row.term, 3);
-    assert!(row.started_by(second) && !row.started_by(first));
-
-    let url = DatabaseUrl::parse(&db.url).unwrap();
-    let mut old_node = DbConnection::connect(&url, TTL).await.unwrap();
-    execute_raw(
-        &mut old_node,
-        &[
-            "UPDATE service_leader_lock SET term = term + 1, container_id = 'twin'
-           WHERE name = 'tokens'",
-        ],
-    )
-    .await;
-    let row = s.get(name).await.unwrap().unwrap();
-    assert_eq!(
-        (row.term, row.term_token),
-        (4, Some(second.for_term(3))),
-        "left behind"
-    );
-    assert!(!row.started_by(second), "a term this process did not start");
-}
-
 /// A table the previous version created, with a lease one of its nodes holds, keeps that
 /// lease through the migration that adds `term_token`: the row reads with no token, and
 /// the live lease stays its holder's.
@@ -540,17 +324,19 @@ async fn a_lease_held_before_the_term_token_migration_survives_it(backend: Backe
     let (create_table, now) = match backend {
         Backend::Postgres => (
             include_str!(
-                "../migrations/postgres/2026-11-22-000000_create_service_leader_lock/up.sql"
+                "../../migrations/postgres/2026-11-22-000000_create_service_leader_lock/up.sql"
             ),
             "clock_timestamp()",
         ),
         Backend::Mysql => (
-            include_str!("../migrations/mysql/2026-11-22-000000_create_service_leader_lock/up.sql"),
+            include_str!(
+                "../../migrations/mysql/2026-11-22-000000_create_service_leader_lock/up.sql"
+            ),
             "NOW(6)",
         ),
         Backend::Sqlite => (
             include_str!(
-                "../migrations/sqlite/2026-11-22-000000_create_service_leader_lock/up.sql"
+                "../../migrations/sqlite/2026-11-22-000000_create_service_leader_lock/up.sql"
             ),
             "strftime('%Y-%m-%d %H:%M:%f', 'now')",
         ),
@@ -602,9 +388,10 @@ async fn a_lease_held_before_the_term_token_migration_survives_it(backend: Backe
     );
 }
 
-backend_tests!(postgres = Backend::Postgres => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, the_term_token_tells_which_process_started_the_term, a_lease_held_before_the_term_token_migration_survives_it);
-backend_tests!(mysql = Backend::Mysql => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, the_term_token_tells_which_process_started_the_term, a_lease_held_before_the_term_token_migration_survives_it);
-backend_tests!(sqlite = Backend::Sqlite => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, migrations_run_concurrently_and_again, a_release_notifies_where_the_backend_can_tell, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, the_term_token_tells_which_process_started_the_term, a_lease_held_before_the_term_token_migration_survives_it);
+backend_tests!(postgres = TestDb::new(Backend::Postgres) => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term; Backend::Postgres => migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
+backend_tests!(mysql = TestDb::new(Backend::Mysql) => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term; Backend::Mysql => migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
+backend_tests!(sqlite = TestDb::new(Backend::Sqlite) => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term; Backend::Sqlite => migrations_run_concurrently_and_again, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
+backend_tests!(memory = MemoryStore::new() => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term);
 
 /// Migrates on a new connection (statements bounded by the ttl) waiting at most `wait` for
 /// the migration lock; also says how long that took.

@@ -2,6 +2,31 @@
 //! double fork), beating into a file, and the checks that it ended with its fence: the
 //! beats stop, and no process that carries its marker is left.
 
+/// Instantiates `async fn check(escape: Escape, ending: Ending, mode: &str)` as one test
+/// per way of escaping the process group and per ending: `escape_tests!(check, "cgroup",
+/// "subreaper")` runs half of them in the first containment mode, half in the second, so
+/// that each mode sees every escape and every ending.
+#[allow(unused_macros)]
+macro_rules! escape_tests {
+    ($check:ident, $one:literal, $other:literal) => {
+        escape_tests!(@each $check:
+            escape_by_timeout_ends_when_leaderd_is_killed: Timeout, DaemonKilled, $one;
+            escape_by_timeout_ends_when_the_lease_is_lost: Timeout, LeaseLost, $other;
+            escape_by_setsid_ends_when_leaderd_is_killed: Setsid, DaemonKilled, $other;
+            escape_by_setsid_ends_when_the_lease_is_lost: Setsid, LeaseLost, $one;
+            escape_by_daemonizing_ends_when_leaderd_is_killed: Daemonize, DaemonKilled, $one;
+            escape_by_daemonizing_ends_when_the_lease_is_lost: Daemonize, LeaseLost, $other;
+        );
+    };
+    (@each $check:ident: $($name:ident: $escape:ident, $ending:ident, $mode:literal;)*) => {$(
+        #[tokio::test(flavor = "multi_thread")]
+        async fn $name() {
+            use crate::support::escape::{Ending, Escape};
+            $check(Escape::$escape, Ending::$ending, $mode).await
+        }
+    )*};
+}
+
 use super::{now_ns, unique};
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -2,8 +2,7 @@
 //! status, redaction, `status` and `migrate` on every backend, a database that is
 //! unreachable when the daemon starts, and hook containment without a cgroup.
 
-#[macro_use]
-mod common;
+use crate::support as common;
 
 use common::proxy::{Mode, Proxy};
 use common::{Backend, Node, NodeSettings, Sampler, StatusFile, TestDb, leaderd, status_json};

@@ -6,8 +6,7 @@
 //! Lines starting with `[measured]` report timings for the closing notes and benchmarks;
 //! the assertions only check the documented bounds, with room for a loaded machine.
 
-#[macro_use]
-mod common;
+use crate::support as common;
 
 use common::proxy::{Mode, Proxy};
 use common::{

@@ -1,0 +1,14 @@
+//! Every integration test, in one binary (one link instead of one per file): a module per
+//! topic, and the helpers they share in `support`. `cargo test --test it hooks::` runs one
+//! module; `cargo test --test it store::postgres::` one backend of one module.
+
+#[macro_use]
+mod support;
+
+mod cli;
+mod cluster;
+mod faults;
+mod hooks;
+mod lock;
+mod ops;
+mod store;

@@ -1,0 +1,288 @@
+//! The lease contract: what every [`LeaseStore`] guarantees, whatever keeps the table.
+//! It runs on PostgreSQL, MariaDB and SQLite through [`SqlStore`], each on a database of
+//! the test's own, and on the in-memory [`MemoryStore`] the daemon's unit tests use. That
+//! one's "database clock" is tokio's, running in real time here, so that the same waits
+//! and the same bounds apply to it.
+
+use super::*;
+use std::future::Future;
+
+/// A lease table the contract runs on, and connections onto it.
+pub(super) trait Table {
+    type Store: LeaseStore + Connect + 'static;
+    /// A new connection to the table (opened on its first operation).
+    fn store(&self) -> Self::Store;
+    /// Whether its connections hint at releases ([`LeaseStore::release_notifications`]).
+    fn notifies(&self) -> bool;
+    /// Starts the next term of `name` for `holder` as a node of a version without the
+    /// term token would (without writing it); false where no such node can write the
+    /// table.
+    fn start_term_as_old_version(&self, name: &str, holder: &str) -> impl Future<Output = bool>;
+}
+
+/// Connecting ahead of the first operation, so that set-up time does not count.
+pub(super) trait Connect {
+    fn connect(&mut self) -> impl Future<Output = Result<(), StoreError>>;
+}
+
+/// Handles onto one in-memory table.
+impl Table for MemoryStore {
+    type Store = MemoryStore;
+
+    fn store(&self) -> MemoryStore {
+        self.handle()
+    }
+
+    fn notifies(&self) -> bool {
+        true
+    }
+
+    async fn start_term_as_old_version(&self, _: &str, _: &str) -> bool {
+        false
+    }
+}
+
+impl Connect for MemoryStore {
+    async fn connect(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+pub(super) async fn claim_renew_release(db: impl Table) {
+    let (mut a, mut b) = (store(&db), store(&db));
+    // Connect (and migrate) before any lease runs, so set-up time does not count.
+    a.connect().await.unwrap();
+    b.connect().await.unwrap();
+    let name = "claims";
+    assert_eq!(a.get(name).await.unwrap(), None);
+    a.ensure_row(name).await.unwrap();
+    a.ensure_row(name).await.unwrap();
+    let row = a.get(name).await.unwrap().unwrap();
+    assert_eq!(
+        (row.holder, row.term),
+        (None, 0),
+        "creating the row grants nothing"
+    );
+
+    assert!(a.claim(name, "a", any_token(), TTL, 0).await.unwrap());
+    assert!(
+        !b.claim(name, "b", any_token(), TTL, 0).await.unwrap(),
+        "stale term"
+    );
+    assert!(
+        !b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
+        "live lease"
+    );
+    assert!(a.renew(name, "a", TTL, 1).await.unwrap());
+    assert!(!b.renew(name, "b", TTL, 1).await.unwrap(), "not the holder");
+    assert!(!a.renew(name, "a", TTL, 0).await.unwrap(), "wrong term");
+    let row = b.get(name).await.unwrap().unwrap();
+    assert_eq!((row.live_holder(), row.term), (Some("a"), 1));
+    // The database runs on this host: its clock agrees with ours to well within 50 ms
+    // (a time zone mix-up would be hours off).
+    let offset = row
+        .clock_offset_us
+        .expect("a read measures the clock offset");
+    assert!(offset.abs() < 50_000, "clock offset {offset} µs");
+    assert!(
+        row.remaining() > TTL - Duration::from_millis(300),
+        "{row:?}"
+    );
+
+    assert!(!b.release(name, "b", 1).await.unwrap());
+    assert!(a.release(name, "a", 1).await.unwrap());
+    assert!(!a.release(name, "a", 1).await.unwrap(), "released once");
+    assert!(
+        !a.renew(name, "a", TTL, 1).await.unwrap(),
+        "a released lease cannot be renewed"
+    );
+    let row = b.get(name).await.unwrap().unwrap();
+    assert_eq!(
+        (row.holder.as_deref(), row.remaining()),
+        (None, Duration::ZERO)
+    );
+    assert!(
+        b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
+        "a released lease is free at once"
+    );
+    assert_eq!(b.get(name).await.unwrap().unwrap().term, 2);
+}
+
+pub(super) async fn leases_lapse_by_the_database_clock(db: impl Table) {
+    let (mut a, mut b) = (store(&db), store(&db));
+    a.connect().await.unwrap();
+    b.connect().await.unwrap();
+    let name = "lapse";
+    let short = Duration::from_millis(600);
+    a.ensure_row(name).await.unwrap();
+    let sent = Instant::now();
+    assert!(a.claim(name, "a", any_token(), short, 0).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let row = b.get(name).await.unwrap().unwrap();
+    // Sub-second precision: whole-second timestamps would show 0 or 1000.
+    assert!(
+        row.age >= Duration::from_millis(150)
+            && row.age <= sent.elapsed() + Duration::from_millis(20),
+        "age {:?} after {:?}",
+        row.age,
+        sent.elapsed()
+    );
+    assert!(
+        !b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
+        "still live before its lease ends"
+    );
+
+    // Past the lease by the database clock (it executed the claim after `sent`).
+    tokio::time::sleep(
+        (sent + short + Duration::from_millis(30)).saturating_duration_since(Instant::now()),
+    )
+    .await;
+    assert!(
+        !a.renew(name, "a", short, 1).await.unwrap(),
+        "a lapsed lease is not renewed"
+    );
+    assert!(
+        b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
+        "a lapsed lease can be taken"
+    );
+    assert!(
+        !a.reacquire(name, "a", any_token(), TTL, 1).await.unwrap(),
+        "not ours any more"
+    );
+
+    // The holder of a row can start a new term on it while it still holds it.
+    assert!(b.reacquire(name, "b", any_token(), TTL, 2).await.unwrap());
+    assert_eq!(a.get(name).await.unwrap().unwrap().term, 3);
+}
+
+pub(super) async fn ids_are_compared_exactly(db: impl Table) {
+    let mut s = store(&db);
+    let name = "exact";
+    s.ensure_row(name).await.unwrap();
+    assert!(s.claim(name, "node-a", any_token(), TTL, 0).await.unwrap());
+    assert!(
+        !s.renew(name, "Node-A", TTL, 1).await.unwrap(),
+        "case-insensitive match"
+    );
+    assert!(!s.release(name, "NODE-A", 1).await.unwrap());
+    assert!(s.renew(name, "node-a", TTL, 1).await.unwrap());
+    // Election names, too.
+    assert_eq!(s.get("EXACT").await.unwrap(), None);
+}
+
+pub(super) async fn concurrent_claims_have_one_winner(db: impl Table) {
+    let mut setup = store(&db);
+    setup.ensure_row("race").await.unwrap();
+    for round in 0..5i64 {
+        let mut tasks = Vec::new();
+        for i in 0..5 {
+            let mut s = store(&db);
+            tasks.push(tokio::spawn(async move {
+                s.claim(
+                    "race",
+                    &format!("n{i}"),
+                    any_token(),
+                    Duration::from_millis(1),
+                    round,
+                )
+                .await
+                .unwrap()
+            }));
+        }
+        let mut winners = 0;
+        for task in tasks {
+            winners += task.await.unwrap() as usize;
+        }
+        assert_eq!(winners, 1, "round {round}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Where the backend can tell (PostgreSQL), a release wakes the listeners for that name
+/// and only them; elsewhere there are no notifications to wait for.
+pub(super) async fn a_release_notifies_where_the_backend_can_tell(db: impl Table) {
+    let mut holder = store(&db);
+    holder.connect().await.unwrap();
+    let Some(mut woken) = holder.release_notifications("notified") else {
+        assert!(!db.notifies(), "PostgreSQL has LISTEN/NOTIFY");
+        return;
+    };
+    let mut other_name = holder.release_notifications("other").unwrap();
+    // Each listener wakes once when it starts listening (a release may have come first).
+    for listener in [&mut woken, &mut other_name] {
+        tokio::time::timeout(Duration::from_secs(5), listener.recv())
+            .await
+            .expect("listening");
+    }
+    holder.ensure_row("notified").await.unwrap();
+    assert!(
+        holder
+            .claim("notified", "a", any_token(), TTL, 0)
+            .await
+            .unwrap()
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(woken.try_recv().is_err(), "a claim is not a release");
+    let released_at = Instant::now();
+    assert!(holder.release("notified", "a", 1).await.unwrap());
+    tokio::time::timeout(Duration::from_secs(2), woken.recv())
+        .await
+        .expect("the release is notified");
+    let after = released_at.elapsed();
+    assert!(
+        after < Duration::from_millis(500),
+        "notified after {after:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        other_name.try_recv().is_err(),
+        "another name's listener stays asleep"
+    );
+    // A release that changed nothing tells nobody.
+    assert!(!holder.release("notified", "a", 1).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(woken.try_recv().is_err());
+}
+
+/// A claim or a reacquire marks the term it starts with its process's token, and `get`
+/// returns it: a node whose claim's answer was lost tells its own term from one another
+/// process with the same node id started. A node of a version without the column (here
+/// its claim, run by hand) starts a term without writing it; the value it leaves behind
+/// must not pass for that term.
+pub(super) async fn the_term_token_tells_which_process_started_the_term(db: impl Table) {
+    let mut s = store(&db);
+    let (first, second) = (ProcessToken::random(), ProcessToken::random());
+    let name = "tokens";
+    s.ensure_row(name).await.unwrap();
+    let row = s.get(name).await.unwrap().unwrap();
+    assert_eq!(row.term_token, None, "no process started a term yet");
+    assert!(!row.started_by(first));
+
+    assert!(s.claim(name, "twin", first, TTL, 0).await.unwrap());
+    let row = s.get(name).await.unwrap().unwrap();
+    assert_eq!(row.term_token, Some(first.for_term(1)));
+    assert!(row.started_by(first));
+    assert!(
+        !row.started_by(second),
+        "the same node id in another process"
+    );
+    assert!(s.renew(name, "twin", TTL, 1).await.unwrap());
+    assert!(s.release(name, "twin", 1).await.unwrap());
+    assert!(s.claim(name, "twin", first, TTL, 1).await.unwrap());
+    assert!(s.get(name).await.unwrap().unwrap().started_by(first));
+    assert!(s.reacquire(name, "twin", second, TTL, 2).await.unwrap());
+    let row = s.get(name).await.unwrap().unwrap();
+    assert_eq!(row.term, 3);
+    assert!(row.started_by(second) && !row.started_by(first));
+
+    if !db.start_term_as_old_version(name, "twin").await {
+        return;
+    }
+    let row = s.get(name).await.unwrap().unwrap();
+    assert_eq!(
+        (row.term, row.term_token),
+        (4, Some(second.for_term(3))),
+        "left behind"
+    );
+    assert!(!row.started_by(second), "a term this process did not start");
+}

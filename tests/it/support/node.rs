@@ -1,0 +1,223 @@
+//! Nodes that run the real `leaderd` binary, and the status files they write.
+
+use super::{TestDb, free_port, unique};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime};
+
+/// What a node's status file said when it was read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusFile {
+    pub node_id: String,
+    pub role: String,
+    pub leader: Option<String>,
+    pub term: Option<i64>,
+    pub since: SystemTime,
+    pub updated_at: SystemTime,
+    pub valid_until: SystemTime,
+}
+
+impl StatusFile {
+    pub fn read(path: &Path) -> Option<StatusFile> {
+        let text = std::fs::read_to_string(path).ok()?;
+        let json: serde_json::Value = serde_json::from_str(&text).expect("status file is JSON");
+        let time = |key: &str| humantime::parse_rfc3339(json[key].as_str().unwrap()).unwrap();
+        Some(StatusFile {
+            node_id: json["node_id"].as_str().unwrap().to_owned(),
+            role: json["role"].as_str().unwrap().to_owned(),
+            leader: json["leader"].as_str().map(str::to_owned),
+            term: json["term"].as_i64(),
+            since: time("since"),
+            updated_at: time("updated_at"),
+            valid_until: time("valid_until"),
+        })
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.role == "leader"
+    }
+}
+
+/// The `leaderd` binary under test.
+pub fn leaderd() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_leaderd"))
+}
+
+/// `leaderd status --json` for `election`: the election as the database sees it.
+pub fn status_json(db: &TestDb, election: &str) -> serde_json::Value {
+    let output = leaderd()
+        .args(["status", "--json"])
+        .current_dir(&db.dir)
+        .env("LEADERD_DATABASE__URL", &db.url)
+        .env("LEADERD_ELECTION__NAME", election)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// One `leaderd run` process.
+pub struct Node {
+    pub id: String,
+    pub status_path: PathBuf,
+    pub log_path: PathBuf,
+    child: Child,
+}
+
+/// Timing and identity shared by the nodes of one test.
+#[derive(Debug, Clone)]
+pub struct NodeSettings {
+    pub election: String,
+    pub ttl: Duration,
+    pub interval: Duration,
+    /// A configuration file (for hooks), passed with --config.
+    pub config_file: Option<PathBuf>,
+}
+
+impl Default for NodeSettings {
+    fn default() -> Self {
+        NodeSettings {
+            election: unique("election"),
+            ttl: Duration::from_millis(1200),
+            interval: Duration::from_secs(1),
+            config_file: None,
+        }
+    }
+}
+
+impl NodeSettings {
+    /// Renewals with 700 ms to spare instead of 200 ms, for tests that assert a healthy
+    /// leader keeps its term on a loaded machine.
+    pub fn roomy() -> Self {
+        NodeSettings {
+            interval: Duration::from_millis(500),
+            ..NodeSettings::default()
+        }
+    }
+}
+
+impl Node {
+    pub fn start(db: &TestDb, settings: &NodeSettings, id: &str, url: &str) -> Node {
+        Self::start_with_env(db, settings, id, url, &[])
+    }
+
+    /// [`Node::start`] with extra environment variables for the process.
+    pub fn start_with_env(
+        db: &TestDb,
+        settings: &NodeSettings,
+        id: &str,
+        url: &str,
+        env: &[(&str, &str)],
+    ) -> Node {
+        let status_path = db.dir.join(format!("{id}.status.json"));
+        let log_path = db.dir.join(format!("{id}.log"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .unwrap();
+        let mut command = leaderd();
+        if let Some(file) = &settings.config_file {
+            command.arg("--config").arg(file);
+        }
+        let child = command
+            .args(["run", "--id", id])
+            .current_dir(&db.dir)
+            .env("LEADERD_DATABASE__URL", url)
+            .env("LEADERD_ELECTION__NAME", &settings.election)
+            .env(
+                "LEADERD_ELECTION__TTL",
+                format!("{}ms", settings.ttl.as_millis()),
+            )
+            .env(
+                "LEADERD_ELECTION__INTERVAL",
+                format!("{}ms", settings.interval.as_millis()),
+            )
+            .env("LEADERD_STATUS__PATH", &status_path)
+            .env("RUST_LOG", "leaderd=debug")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("leaderd starts");
+        Node {
+            id: id.to_owned(),
+            status_path,
+            log_path,
+            child,
+        }
+    }
+
+    /// Nodes `ids`, each serving HTTP on a port of its own (returned alongside).
+    pub fn start_with_http(
+        db: &TestDb,
+        settings: &NodeSettings,
+        ids: &[&str],
+    ) -> (Vec<Node>, Vec<u16>) {
+        let ports: Vec<u16> = ids.iter().map(|_| free_port()).collect();
+        let nodes = ids
+            .iter()
+            .zip(&ports)
+            .map(|(id, port)| {
+                let listen = format!("127.0.0.1:{port}");
+                Node::start_with_env(
+                    db,
+                    settings,
+                    id,
+                    &db.url,
+                    &[("LEADERD_HTTP__LISTEN", &listen)],
+                )
+            })
+            .collect();
+        (nodes, ports)
+    }
+
+    pub fn pid(&self) -> nix::unistd::Pid {
+        nix::unistd::Pid::from_raw(self.child.id() as i32)
+    }
+
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(self.pid(), signal).unwrap();
+    }
+
+    pub fn status(&self) -> Option<StatusFile> {
+        StatusFile::read(&self.status_path)
+    }
+
+    /// Waits for the process to exit and returns its exit code.
+    pub async fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(
+                start.elapsed() < limit,
+                "{} did not exit within {limit:?}",
+                self.id
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// The exit code if the process has exited (`Some(None)`: killed by a signal).
+    pub fn try_exit(&mut self) -> Option<Option<i32>> {
+        self.child.try_wait().unwrap().map(|status| status.code())
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
