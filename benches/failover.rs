@@ -143,15 +143,19 @@ async fn round_trips(backend: Backend, duration: Duration) -> (Vec<f64>, Vec<f64
     let (leader, _) = wait_agreed(&mut sampler, &all).await;
     let counts = |port: u16| {
         let (_, metrics) = http_get(port, "/metrics");
+        // `leaderd_rounds_total{election="…"} 42`: the sample after the label set.
         let value = |name: &str| {
             metrics
                 .lines()
-                .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+                .find_map(|l| {
+                    let labels = l.strip_prefix(name)?.strip_prefix('{')?;
+                    labels.split_once("} ")?.1.trim().parse::<f64>().ok()
+                })
                 .unwrap_or(0.0)
         };
         (
-            value("leaderd_statements_total "),
-            value("leaderd_rounds_total "),
+            value("leaderd_statements_total"),
+            value("leaderd_rounds_total"),
         )
     };
     let before: Vec<(f64, f64)> = ports.iter().map(|&p| counts(p)).collect();

@@ -56,7 +56,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     // A node told to stop never claims again, whatever its link does while its hooks
     // step down.
     let claims = election.claim_gate();
-    let metrics = Metrics::new();
+    let metrics = Metrics::new(&config.election);
     let (rounds_completed, rounds) = watch::channel(0u64);
     let observer_metrics = metrics.clone();
     election.observe(Arc::new(move |report| {

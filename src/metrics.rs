@@ -1,6 +1,10 @@
 //! Prometheus metrics: updated by the election's round observer, a task that follows the
 //! status, and the hook runner. Every update is an atomic operation: nothing here can hold
 //! up a renewal.
+//!
+//! Every per-election series carries an `election` label (the election's name), so that
+//! one query over a fleet can group by election: `sum by (election)(leaderd_is_leader)`.
+//! Only `log_lines_dropped`, which belongs to the process, has none.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -8,6 +12,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -73,15 +78,18 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Metrics {
-    pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("leaderd");
+    /// The metrics of the election named `election` (its `election` label).
+    pub fn new(election: &str) -> Metrics {
+        let mut root = Registry::with_prefix("leaderd");
+        root.register(
+            "log_lines_dropped",
+            "Log lines dropped because stderr did not take them in time (a stalled journald, \
+             a pipe nobody reads); the election never waits for its log",
+            crate::logging::lines_dropped_metric(),
+        );
+        let registry = root
+            .sub_registry_with_label((Cow::Borrowed("election"), Cow::Owned(election.to_owned())));
         let inner = Inner {
             is_leader: Gauge::default(),
             term: Gauge::default(),
@@ -162,13 +170,10 @@ impl Metrics {
             Unit::Seconds,
             inner.hook_duration.clone(),
         );
-        registry.register(
-            "log_lines_dropped",
-            "Log lines dropped because stderr did not take them in time (a stalled journald, \
-             a pipe nobody reads); the election never waits for its log",
-            crate::logging::lines_dropped_metric(),
-        );
-        Metrics(Arc::new(Inner { registry, ..inner }))
+        Metrics(Arc::new(Inner {
+            registry: root,
+            ..inner
+        }))
     }
 
     /// For [`crate::election::Election::observe`].
@@ -245,9 +250,9 @@ impl Metrics {
 mod tests {
     use super::*;
 
-    #[test]
-    fn names_follow_prometheus_conventions() {
-        let metrics = Metrics::new();
+    /// A node that ran a round of each kind, a hook, and followed a status.
+    async fn exercised(election: &str) -> Metrics {
+        let metrics = Metrics::new(election);
         metrics.observe_round(&RoundReport {
             completed: 1,
             round_trip: Some(Duration::from_millis(2)),
@@ -257,24 +262,74 @@ mod tests {
             statements: 1,
         });
         metrics.observe_round(&RoundReport {
+            round_trip: Some(Duration::from_millis(3)),
             error_kind: Some("query_timeout"),
             ..RoundReport::default()
         });
         metrics.hook_ran("on_elected", "success", Duration::from_millis(30));
-        let text = metrics.encode();
+        let (tx, rx) = watch::channel(Status::initial());
+        let follower = metrics.follow_status(rx);
+        tx.send_modify(|status| {
+            status.role = Role::Leader;
+            status.term = Some(7);
+        });
+        let led = format!("leaderd_term{{election=\"{election}\"}} 7");
+        while !metrics.encode().contains(&led) {
+            tokio::task::yield_now().await;
+        }
+        follower.abort();
+        metrics
+    }
+
+    #[tokio::test]
+    async fn names_follow_prometheus_conventions() {
+        let text = exercised("billing").await.encode();
         for line in [
-            "leaderd_rounds_total 2",
-            "leaderd_statements_total 1",
-            "leaderd_renew_round_trip_seconds_count 1",
-            "leaderd_renew_margin_seconds_count 1",
-            "leaderd_database_clock_offset_seconds -0.0015",
-            "leaderd_database_errors_total{kind=\"query_timeout\"} 1",
-            "leaderd_hook_runs_total{hook=\"on_elected\",outcome=\"success\"} 1",
-            "leaderd_hook_duration_seconds_count{hook=\"on_elected\",outcome=\"success\"} 1",
-            "leaderd_is_leader 0",
+            "leaderd_rounds_total{election=\"billing\"} 2",
+            "leaderd_statements_total{election=\"billing\"} 1",
+            "leaderd_renew_round_trip_seconds_count{election=\"billing\"} 1",
+            "leaderd_read_round_trip_seconds_count{election=\"billing\"} 1",
+            "leaderd_renew_margin_seconds_count{election=\"billing\"} 1",
+            "leaderd_database_clock_offset_seconds{election=\"billing\"} -0.0015",
+            "leaderd_database_errors_total{election=\"billing\",kind=\"query_timeout\"} 1",
+            "leaderd_hook_runs_total{election=\"billing\",hook=\"on_elected\",outcome=\"success\"} 1",
+            "leaderd_hook_duration_seconds_count{election=\"billing\",hook=\"on_elected\",outcome=\"success\"} 1",
+            "leaderd_is_leader{election=\"billing\"} 1",
+            "leaderd_term{election=\"billing\"} 7",
+            "leaderd_leadership_transitions_total{election=\"billing\",direction=\"elected\"} 1",
             "# TYPE leaderd_log_lines_dropped counter",
+            "leaderd_log_lines_dropped_total ",
         ] {
             assert!(text.contains(line), "no {line:?} in\n{text}");
         }
+    }
+
+    /// `sum by (election)(leaderd_is_leader)` needs the label on every per-election
+    /// series; only the process's own `log_lines_dropped` goes without.
+    #[tokio::test]
+    async fn every_per_election_series_has_the_election_label() {
+        let text = exercised("billing").await.encode();
+        let samples: Vec<&str> = text.lines().filter(|line| !line.starts_with('#')).collect();
+        assert!(samples.len() > 20, "{text}");
+        for sample in samples {
+            if sample.starts_with("leaderd_log_lines_dropped_total ") {
+                continue;
+            }
+            assert!(
+                sample.contains("{election=\"billing\""),
+                "no election label on {sample:?}"
+            );
+        }
+    }
+
+    /// The name is a label value as configured: quotes and backslashes escaped.
+    #[test]
+    fn the_election_name_is_escaped() {
+        let metrics = Metrics::new(r#"a "b" \c"#);
+        let text = metrics.encode();
+        assert!(
+            text.contains(r#"leaderd_is_leader{election="a \"b\" \\c"} 0"#),
+            "{text}"
+        );
     }
 }

@@ -379,13 +379,15 @@ async fn status_local_exit_codes_follow_the_status_file() {
 
 async fn http_endpoints_answer_by_role(backend: Backend) {
     let db = TestDb::new(backend);
-    let settings = NodeSettings::default();
+    // The term is compared across requests: room for renewals on a loaded machine.
+    let settings = NodeSettings::roomy();
     let (nodes, ports) = Node::start_with_http(&db, &settings, &["a", "b"]);
     let all: Vec<&Node> = nodes.iter().collect();
     let mut sampler = Sampler::new();
     let (leader_id, term) = wait_agreed(&mut sampler, &all).await;
     // A few rounds, so that round trips have been measured.
     tokio::time::sleep(Duration::from_millis(2500)).await;
+    let mut leaders = 0;
     for (node, &port) in nodes.iter().zip(&ports) {
         let leads = node.id == leader_id;
         let (code, body) = http_get(port, "/leader");
@@ -402,32 +404,52 @@ async fn http_endpoints_answer_by_role(backend: Backend) {
         let (code, body) = http_get(port, "/metrics");
         assert_eq!(code, 200);
         assert!(body.contains("application/openmetrics-text"), "{body}");
+        // Every per-election series names its election, for `sum by (election)`.
+        let label = format!("{{election=\"{}\"}}", settings.election);
         for line in [
-            format!("leaderd_is_leader {}", leads as i32),
-            format!("leaderd_term {term}"),
+            format!("leaderd_is_leader{label} {}", leads as i32),
+            format!("leaderd_term{label} {term}"),
         ] {
             assert!(body.contains(&line), "{}: no {line:?} in\n{body}", node.id);
         }
+        let labelled = format!("{{election=\"{}\"", settings.election);
+        for sample in body.lines().filter(|l| l.starts_with("leaderd_")) {
+            assert!(
+                sample.contains(&labelled)
+                    || sample.starts_with("leaderd_log_lines_dropped_total "),
+                "{}: no election label on {sample:?}",
+                node.id
+            );
+        }
+        leaders += body
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("leaderd_is_leader{label} ")))
+            .map(|v| v.trim().parse::<u32>().unwrap())
+            .sum::<u32>();
         let histogram = if leads {
-            "leaderd_renew_round_trip_seconds_count"
+            format!("leaderd_renew_round_trip_seconds_count{label}")
         } else {
-            "leaderd_read_round_trip_seconds_count"
+            format!("leaderd_read_round_trip_seconds_count{label}")
         };
         let count: u64 = body
             .lines()
-            .find_map(|l| l.strip_prefix(histogram))
+            .find_map(|l| l.strip_prefix(histogram.as_str()))
             .and_then(|rest| rest.trim().parse().ok())
             .unwrap_or(0);
         assert!(count >= 1, "{}: {histogram} is {count}", node.id);
         if leads {
-            assert!(body.contains("leaderd_leadership_transitions_total{direction=\"elected\"} 1"));
-        } else {
-            assert!(
-                body.contains("leaderd_database_clock_offset_seconds"),
-                "{body}"
+            let elected = format!(
+                "leaderd_leadership_transitions_total{{election=\"{}\",direction=\"elected\"}} 1",
+                settings.election
             );
+            assert!(body.contains(&elected), "no {elected:?} in\n{body}");
+        } else {
+            let offset = format!("leaderd_database_clock_offset_seconds{label}");
+            assert!(body.contains(&offset), "no {offset:?} in\n{body}");
         }
     }
+    // What `sum by (election)(leaderd_is_leader) != 1` alerts on.
+    assert_eq!(leaders, 1, "leaderd_is_leader summed over the nodes");
     let (code, _) = http_get(ports[0], "/nothing");
     assert_eq!(code, 404);
 }
