@@ -13,6 +13,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod alerts;
 mod deploy;
 
 /// Collects notify messages from a socket given to leaderd as NOTIFY_SOCKET.

@@ -1,0 +1,167 @@
+//! The Prometheus alert rules shipped in config/prometheus/: valid for promtool, right in
+//! their unit tests (series in, alerts out), and written against metrics leaderd serves.
+
+use super::*;
+use std::collections::BTreeSet;
+
+const RULES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/config/prometheus/leaderd-alerts.yml"
+);
+const RULE_TESTS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/config/prometheus/leaderd-alerts.test.yml"
+);
+
+/// promtool, from Debian's `prometheus` package, which scripts/test.sh installs.
+fn promtool(args: &[&str]) -> (bool, String) {
+    let tool = std::env::var("LEADERD_PROMTOOL").unwrap_or_else(|_| "promtool".into());
+    let output = std::process::Command::new(&tool)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {tool}: {e}; scripts/test.sh installs it (apt-get install prometheus)"
+            )
+        });
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    (output.status.success(), text)
+}
+
+const ALERTS: [&str; 4] = [
+    "LeaderdNoLeader",
+    "LeaderdMultipleLeaders",
+    "LeaderdRenewalsFailing",
+    "LeaderdClockOffsetLarge",
+];
+
+#[test]
+fn the_alert_rules_pass_promtool_check_rules() {
+    let (ok, text) = promtool(&["check", "rules", RULES]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains(&format!("SUCCESS: {} rules found", ALERTS.len())),
+        "{text}"
+    );
+    let rules = std::fs::read_to_string(RULES).unwrap();
+    for alert in ALERTS {
+        assert!(rules.contains(&format!("- alert: {alert}\n")), "no {alert}");
+    }
+    // The one-leader rules count leaders per election.
+    assert!(rules.contains("expr: sum by (election) (leaderd_is_leader) < 1"));
+    assert!(rules.contains("expr: sum by (election) (leaderd_is_leader) > 1"));
+}
+
+/// Series in, alerts out: one leader is quiet, a handover's overlapping or missing scrape
+/// is not an alert, no leader or two for a minute are, per election; failing rounds and
+/// a large clock offset on the node concerned.
+#[test]
+fn the_alert_rules_pass_their_promtool_unit_tests() {
+    let (ok, text) = promtool(&["test", "rules", RULE_TESTS]);
+    assert!(ok && text.contains("SUCCESS"), "{text}");
+    // Every rule has a test that expects it to fire.
+    let tests = std::fs::read_to_string(RULE_TESTS).unwrap();
+    for alert in ALERTS {
+        let fires = tests
+            .split("alertname: ")
+            .skip(1)
+            .any(|case| case.starts_with(alert) && case.contains("exp_labels:"));
+        assert!(fires, "no test expects {alert} to fire");
+    }
+}
+
+/// The metric names of a /metrics text, as Prometheus stores them: the samples there, and
+/// counters (`_total`) and gauges with no sample yet (a family nothing has counted in).
+fn served_names(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for line in text.lines() {
+        if let Some(declared) = line.strip_prefix("# TYPE ") {
+            match declared.split_once(' ') {
+                Some((name, "counter")) => names.insert(format!("{name}_total")),
+                Some((name, "gauge")) => names.insert(name.to_owned()),
+                _ => false,
+            };
+        } else if line.starts_with("leaderd_") {
+            let end = line.find(['{', ' ']).unwrap_or(line.len());
+            names.insert(line[..end].to_owned());
+        }
+    }
+    names
+}
+
+/// /metrics of a node, once it has text containing `wanted`.
+async fn metrics_with(port: u16, wanted: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            let (code, body) = http_get(port, "/metrics");
+            assert_eq!(code, 200, "{body}");
+            if body.contains(wanted) {
+                return body;
+            }
+        }
+        assert!(Instant::now() < deadline, "no {wanted:?} in /metrics");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every `leaderd_` name in the rules and their tests is one the real binary serves, and
+/// the per-election ones carry the `election` label the rules group by. The node's
+/// database refuses connections, so that its rounds fail and the error counter the
+/// rules read has a series (a family nothing has counted in is not served).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_alert_rules_use_metrics_leaderd_serves() {
+    let db = TestDb::new(Backend::Sqlite);
+    let settings = NodeSettings::default();
+    let refused = format!("postgres://postgres@127.0.0.1:{}/test", common::free_port());
+    let port = common::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let _node = Node::start_with_env(
+        &db,
+        &settings,
+        "a",
+        &refused,
+        &[("LEADERD_HTTP__LISTEN", &listen)],
+    );
+    let errors = format!(
+        "leaderd_database_errors_total{{election=\"{}\",kind=",
+        settings.election
+    );
+    let body = metrics_with(port, &errors).await;
+    let served = served_names(&body);
+    for sample in [
+        format!("leaderd_is_leader{{election=\"{}\"}} 0", settings.election),
+        format!(
+            "leaderd_rounds_total{{election=\"{}\"}} ",
+            settings.election
+        ),
+        format!(
+            "leaderd_database_clock_offset_seconds{{election=\"{}\"}} ",
+            settings.election
+        ),
+    ] {
+        assert!(body.contains(&sample), "no {sample:?} in\n{body}");
+    }
+
+    for file in [RULES, RULE_TESTS] {
+        let text = std::fs::read_to_string(file).unwrap();
+        let used: BTreeSet<&str> = text
+            .match_indices("leaderd_")
+            .map(|(at, _)| {
+                let rest = &text[at..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                &rest[..end]
+            })
+            .collect();
+        assert!(used.contains("leaderd_is_leader"), "{file}: {used:?}");
+        for name in used {
+            assert!(
+                served.contains(name),
+                "{file} uses {name}, which leaderd does not serve: {served:?}"
+            );
+        }
+    }
+}
