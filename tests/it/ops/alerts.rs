@@ -29,11 +29,12 @@ fn promtool(args: &[&str]) -> (bool, String) {
     (output.status.success(), text)
 }
 
-const ALERTS: [&str; 4] = [
+const ALERTS: [&str; 5] = [
     "LeaderdNoLeader",
     "LeaderdMultipleLeaders",
     "LeaderdRenewalsFailing",
     "LeaderdClockOffsetLarge",
+    "LeaderdLeadershipFlapping",
 ];
 
 #[test]
@@ -71,15 +72,16 @@ fn the_alert_rules_pass_their_promtool_unit_tests() {
     }
 }
 
-/// The metric names of a /metrics text, as Prometheus stores them: the samples there, and
-/// counters (`_total`) and gauges with no sample yet (a family nothing has counted in).
+/// The metric names of a /metrics text: those of its samples, as Prometheus stores them,
+/// and the declared ones (counters with `_total`).
 fn served_names(text: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for line in text.lines() {
         if let Some(declared) = line.strip_prefix("# TYPE ") {
             match declared.split_once(' ') {
                 Some((name, "counter")) => names.insert(format!("{name}_total")),
-                Some((name, "gauge")) => names.insert(name.to_owned()),
+                // A histogram by its base name too, as the descriptions name it.
+                Some((name, "gauge" | "histogram")) => names.insert(name.to_owned()),
                 _ => false,
             };
         } else if line.starts_with("leaderd_") {
@@ -107,9 +109,9 @@ async fn metrics_with(port: u16, wanted: &str) -> String {
 }
 
 /// Every `leaderd_` name in the rules and their tests is one the real binary serves, and
-/// the per-election ones carry the `election` label the rules group by. The node's
-/// database refuses connections, so that its rounds fail and the error counter the
-/// rules read has a series (a family nothing has counted in is not served).
+/// the per-election ones carry the `election` label the rules group by. A family nothing
+/// has counted in is not served, so two nodes: one whose database refuses connections
+/// (failed rounds, the error counter), one that leads (the transitions counter).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_alert_rules_use_metrics_leaderd_serves() {
     let db = TestDb::new(Backend::Sqlite);
@@ -129,7 +131,16 @@ async fn the_alert_rules_use_metrics_leaderd_serves() {
         settings.election
     );
     let body = metrics_with(port, &errors).await;
-    let served = served_names(&body);
+    let (_leader, leader_ports) = Node::start_with_http(&db, &settings, &["b"]);
+    let elected = format!(
+        "leaderd_leadership_transitions_total{{election=\"{}\",direction=\"elected\"}} 1",
+        settings.election
+    );
+    let leader_body = metrics_with(leader_ports[0], &elected).await;
+    let served: BTreeSet<String> = served_names(&body)
+        .into_iter()
+        .chain(served_names(&leader_body))
+        .collect();
     for sample in [
         format!("leaderd_is_leader{{election=\"{}\"}} 0", settings.election),
         format!(
