@@ -91,6 +91,14 @@ pub struct Config {
     pub hooks: HooksConfig,
 }
 
+/// Whether `name` is one of leaderd's configuration variables, `LEADERD_<SECTION>__<KEY>`
+/// (`LEADERD_DATABASE__URL` carries the password). The `LEADERD_*` variables leaderd hands
+/// to its hooks (`LEADERD_TERM`, `LEADERD_NODE_ID`, …) have no `__` and are not.
+pub fn is_config_variable(name: &str) -> bool {
+    name.strip_prefix(load::ENV_PREFIX)
+        .is_some_and(|rest| rest.contains("__"))
+}
+
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://leaderd.sqlite3";
 pub const DEFAULT_STATUS_PATH: &str = "leaderd.status.json";
 

@@ -28,7 +28,7 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
     ("hooks", crate::hooks::config::HOOK_KEYS),
 ];
 
-const ENV_PREFIX: &str = "LEADERD_";
+pub(super) const ENV_PREFIX: &str = "LEADERD_";
 
 #[derive(Debug, Default, Deserialize)]
 struct RawConfig {
@@ -107,10 +107,7 @@ impl Config {
         // that leaderd hands to its hooks (LEADERD_TERM, …) are not.
         let overrides: HashMap<String, String> = env
             .iter()
-            .filter(|(name, _)| {
-                name.strip_prefix(ENV_PREFIX)
-                    .is_some_and(|rest| rest.contains("__"))
-            })
+            .filter(|(name, _)| super::is_config_variable(name))
             .map(|(name, value)| (name.clone(), value.clone()))
             .collect();
         builder = builder.add_source(

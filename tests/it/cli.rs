@@ -330,3 +330,50 @@ fn without_a_writable_cgroup_cgroup_containment_is_refused_and_auto_falls_back()
         "{stderr}"
     );
 }
+
+/// `leaderd lock -- env`: the command sees LEADERD_LOCK, LEADERD_TERM and LEADERD_HOLDER,
+/// the rest of the environment, and none of leaderd's `LEADERD_<SECTION>__<KEY>` variables.
+#[test]
+fn lock_commands_never_see_leaderds_configuration_variables() {
+    let db = TestDb::new(Backend::Postgres);
+    let url = db.url.replace("postgres@", "postgres:hunter2@");
+    let output = leaderd()
+        .args(["lock", "env-lock", "--", "env"])
+        .current_dir(&db.dir)
+        .env("LEADERD_DATABASE__URL", &url)
+        .env("LEADERD_NODE__ID", "locker")
+        .env("LEADERD_LOG__LEVEL", "debug")
+        .env("SOMETHING_ELSE", "kept")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!stdout.contains("hunter2"), "{stdout}");
+    let names: Vec<&str> = stdout.lines().filter_map(|l| l.split('=').next()).collect();
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("LEADERD_") && n.contains("__")),
+        "{stdout}"
+    );
+    for expected in [
+        "LEADERD_LOCK=env-lock",
+        "LEADERD_TERM=1",
+        "SOMETHING_ELSE=kept",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == expected),
+            "{expected}: {stdout}"
+        );
+    }
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("LEADERD_HOLDER=locker:")),
+        "{stdout}"
+    );
+}
