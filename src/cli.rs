@@ -162,6 +162,12 @@ pub fn main() -> ExitCode {
     };
     // `writer` flushes the log at the end of main, before the last words on stderr.
     let (log, writer) = logging::init(cli.log_format, level);
+    for fallback in &config.env_fallbacks {
+        match fallback.from_hook {
+            true => tracing::debug!(variable = fallback.variable, "{fallback}"),
+            false => tracing::warn!(variable = fallback.variable, "{fallback}"),
+        }
+    }
     if let Command::CheckConfig = cli.command {
         print!("{}", config.to_toml_redacted());
         writer.finish();

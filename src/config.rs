@@ -89,6 +89,38 @@ pub struct Config {
     /// Where to serve /leader, /status and /metrics (off unless set).
     pub http_listen: Option<std::net::SocketAddr>,
     pub hooks: HooksConfig,
+    /// Hook variables taken as configuration because the real key was not set (logged
+    /// once logging is up).
+    pub env_fallbacks: Vec<EnvFallback>,
+}
+
+/// `LEADERD_NODE_ID` or `LEADERD_ELECTION` read in place of `node.id` or `election.name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvFallback {
+    /// The variable that was read, e.g. `LEADERD_NODE_ID`.
+    pub variable: &'static str,
+    /// The configuration key it stood for, e.g. `node.id`.
+    pub key: &'static str,
+    /// The variable that sets the key, e.g. `LEADERD_NODE__ID`.
+    pub instead: &'static str,
+    /// This process runs under a hook (`LEADERD_EVENT` is set), which set the variable.
+    pub from_hook: bool,
+}
+
+impl fmt::Display for EnvFallback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let EnvFallback {
+            variable,
+            key,
+            instead,
+            ..
+        } = self;
+        write!(
+            f,
+            "{key} taken from {variable}, as {key} is not set; the configuration variable \
+             is {instead} (with two underscores)"
+        )
+    }
 }
 
 /// Whether `name` is one of leaderd's configuration variables, `LEADERD_<SECTION>__<KEY>`
@@ -269,5 +301,41 @@ mod tests {
         )
         .unwrap();
         assert!(!c.to_toml_redacted().contains("s3cret"));
+    }
+
+    fn load_env(env: &[(&str, &str)]) -> Config {
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::load_from(None, &env, None).unwrap()
+    }
+
+    #[test]
+    fn hook_variables_stand_in_for_unset_node_id_and_election_name() {
+        let c = load_env(&[("LEADERD_NODE_ID", "web-1"), ("LEADERD_ELECTION", "jobs")]);
+        assert_eq!((c.node_id.as_str(), c.election.as_str()), ("web-1", "jobs"));
+        let variables: Vec<_> = c.env_fallbacks.iter().map(|f| f.variable).collect();
+        assert_eq!(variables, ["LEADERD_NODE_ID", "LEADERD_ELECTION"]);
+        assert!(c.env_fallbacks.iter().all(|f| !f.from_hook));
+        let note = c.env_fallbacks[0].to_string();
+        assert!(note.contains("LEADERD_NODE__ID"), "{note}");
+        // Under a hook, which set them with the same meaning.
+        let c = load_env(&[("LEADERD_NODE_ID", "web-1"), ("LEADERD_EVENT", "elected")]);
+        assert_eq!(c.node_id, "web-1");
+        assert!(c.env_fallbacks[0].from_hook);
+        // The real keys win, and then nothing is noted.
+        let c = load_env(&[
+            ("LEADERD_NODE_ID", "web-1"),
+            ("LEADERD_NODE__ID", "web-2"),
+            ("LEADERD_ELECTION", "jobs"),
+            ("LEADERD_ELECTION__NAME", "mail"),
+        ]);
+        assert_eq!((c.node_id.as_str(), c.election.as_str()), ("web-2", "mail"));
+        assert!(c.env_fallbacks.is_empty());
+        // --id wins too.
+        let c = load("", &[("LEADERD_NODE_ID", "web-1")]).unwrap();
+        assert_eq!(c.node_id, "node-a");
+        assert!(c.env_fallbacks.is_empty());
     }
 }

@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{Config, ConfigError, DEFAULT_DATABASE_URL, DEFAULT_STATUS_PATH, invalid, key_of};
+use super::{
+    Config, ConfigError, DEFAULT_DATABASE_URL, DEFAULT_STATUS_PATH, EnvFallback, invalid, key_of,
+};
 use crate::election::settings::{self, Setting};
 use crate::hooks::HooksConfig;
 use crate::store::DatabaseUrl;
@@ -123,9 +125,11 @@ impl Config {
             Err(config::ConfigError::NotFound(_)) => HooksConfig::default(),
             Err(error) => return Err(error.into()),
         };
-        let raw: RawConfig = merged.try_deserialize()?;
+        let mut raw: RawConfig = merged.try_deserialize()?;
+        let fallbacks = hook_variable_fallbacks(&mut raw, env, node_id.is_some());
         let mut config = Self::validate(raw, node_id)?;
         config.hooks = hooks;
+        config.env_fallbacks = fallbacks;
         Ok(config)
     }
 
@@ -179,8 +183,61 @@ impl Config {
                 })?),
             },
             hooks: HooksConfig::default(),
+            env_fallbacks: Vec::new(),
         })
     }
+}
+
+/// `LEADERD_NODE_ID` and `LEADERD_ELECTION` look like configuration variables but are not
+/// (those are `LEADERD_NODE__ID` and `LEADERD_ELECTION__NAME`): set by hand, they would
+/// silently do nothing, and the node would join as its host name or in the election
+/// "default". They are also what leaderd sets for its hooks, with the same meaning: this
+/// node's id and its election. A `leaderd status` run from `on_elected` inherits them, and
+/// since leaderd keeps its own configuration variables from hooks, they are the only way
+/// such a command learns which election it is about. So each is taken as the key's value
+/// when the key is set nowhere else (`--id`, the environment, the file): right for the
+/// hook's child, and what the hand who set it meant. The caller logs each one taken — a
+/// warning naming the real variable, or a debug line under a hook (`LEADERD_EVENT` set),
+/// where it is expected.
+fn hook_variable_fallbacks(
+    raw: &mut RawConfig,
+    env: &HashMap<String, String>,
+    id_given: bool,
+) -> Vec<EnvFallback> {
+    let from_hook = env.contains_key("LEADERD_EVENT");
+    let mut taken = Vec::new();
+    let mut fill = |slot: &mut Option<String>,
+                    variable: &'static str,
+                    key: &'static str,
+                    instead: &'static str| {
+        if slot.is_some() {
+            return;
+        }
+        if let Some(value) = env.get(variable).filter(|v| !v.is_empty()) {
+            *slot = Some(value.clone());
+            taken.push(EnvFallback {
+                variable,
+                key,
+                instead,
+                from_hook,
+            });
+        }
+    };
+    if !id_given {
+        fill(
+            &mut raw.node.id,
+            "LEADERD_NODE_ID",
+            "node.id",
+            "LEADERD_NODE__ID",
+        );
+    }
+    fill(
+        &mut raw.election.name,
+        "LEADERD_ELECTION",
+        "election.name",
+        "LEADERD_ELECTION__NAME",
+    );
+    taken
 }
 
 /// Names where an unknown key came from: the environment variable, or the file.

@@ -377,3 +377,50 @@ fn lock_commands_never_see_leaderds_configuration_variables() {
         "{stdout}"
     );
 }
+
+/// `LEADERD_NODE_ID` and `LEADERD_ELECTION` (the hook variables, one underscore) stand in
+/// for node.id and election.name when those are set nowhere: with a warning naming the
+/// real variable when set by hand, quietly under a hook (`LEADERD_EVENT` set), and never
+/// over the real variables.
+#[test]
+fn hook_variables_stand_in_for_node_id_and_election_with_a_warning() {
+    let run = |env: &[(&str, &str)]| {
+        let output = leaderd()
+            .arg("check-config")
+            .env_remove("LEADERD_NODE__ID")
+            .env_remove("LEADERD_ELECTION__NAME")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0));
+        (
+            String::from_utf8(output.stdout).unwrap(),
+            String::from_utf8(output.stderr).unwrap(),
+        )
+    };
+    let (stdout, stderr) = run(&[("LEADERD_NODE_ID", "web-1"), ("LEADERD_ELECTION", "jobs")]);
+    assert!(stdout.contains("id = \"web-1\""), "{stdout}");
+    assert!(stdout.contains("name = \"jobs\""), "{stdout}");
+    assert!(stderr.contains("WARN"), "{stderr}");
+    assert!(stderr.contains("LEADERD_NODE__ID"), "{stderr}");
+    assert!(stderr.contains("LEADERD_ELECTION__NAME"), "{stderr}");
+    // A leaderd started from a hook: the same values, no warning.
+    let (stdout, stderr) = run(&[
+        ("LEADERD_NODE_ID", "web-1"),
+        ("LEADERD_ELECTION", "jobs"),
+        ("LEADERD_EVENT", "elected"),
+    ]);
+    assert!(stdout.contains("id = \"web-1\""), "{stdout}");
+    assert!(stdout.contains("name = \"jobs\""), "{stdout}");
+    assert!(!stderr.contains("WARN"), "{stderr}");
+    // The real variables win, silently.
+    let (stdout, stderr) = run(&[
+        ("LEADERD_NODE_ID", "web-1"),
+        ("LEADERD_NODE__ID", "web-2"),
+        ("LEADERD_ELECTION", "jobs"),
+        ("LEADERD_ELECTION__NAME", "mail"),
+    ]);
+    assert!(stdout.contains("id = \"web-2\""), "{stdout}");
+    assert!(stdout.contains("name = \"mail\""), "{stdout}");
+    assert!(!stderr.contains("WARN"), "{stderr}");
+}
