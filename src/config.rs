@@ -6,6 +6,7 @@ mod load;
 
 use crate::election::settings::{Setting, SettingsError};
 use crate::hooks::HooksConfig;
+use crate::logging::LogFormat;
 use crate::store::{DatabaseUrl, UrlError};
 use std::fmt;
 use std::path::PathBuf;
@@ -86,6 +87,8 @@ pub struct Config {
     pub status_path: PathBuf,
     /// The default tracing filter when `RUST_LOG` is not set.
     pub log_level: String,
+    /// The log line format unless `--log-format` is given.
+    pub log_format: LogFormat,
     /// Where to serve /leader, /status and /metrics (off unless set).
     pub http_listen: Option<std::net::SocketAddr>,
     pub hooks: HooksConfig,
@@ -158,6 +161,10 @@ impl Config {
 
             [log]
             level = (self.log_level.clone())
+            format = (match self.log_format {
+                LogFormat::Text => "text",
+                LogFormat::Json => "json",
+            })
         };
         let mut table = table;
         if let Some(listen) = self.http_listen {
@@ -301,6 +308,25 @@ mod tests {
         )
         .unwrap();
         assert!(!c.to_toml_redacted().contains("s3cret"));
+    }
+
+    #[test]
+    fn log_format_from_file_and_environment() {
+        assert_eq!(load("", &[]).unwrap().log_format, LogFormat::Text);
+        let c = load("[log]\nformat = \"json\"\n", &[]).unwrap();
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert!(c.to_toml_redacted().contains("format = \"json\""));
+        let c = load(
+            "[log]\nformat = \"json\"\n",
+            &[("LEADERD_LOG__FORMAT", "text")],
+        )
+        .unwrap();
+        assert_eq!(c.log_format, LogFormat::Text);
+        let e = error("", &[("LEADERD_LOG__FORMAT", "xml")]);
+        assert!(
+            e.starts_with("log.format = \"xml\": expected \"text\" or \"json\""),
+            "{e}"
+        );
     }
 
     fn load_env(env: &[(&str, &str)]) -> Config {

@@ -13,6 +13,7 @@ use super::{
 };
 use crate::election::settings::{self, Setting};
 use crate::hooks::HooksConfig;
+use crate::logging::LogFormat;
 use crate::store::DatabaseUrl;
 
 /// Every key leaderd reads, by section. Anything else is an error, so a typo such as
@@ -25,7 +26,7 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
         &["url", "connect_timeout", "query_timeout", "migrate"],
     ),
     ("status", &["path"]),
-    ("log", &["level"]),
+    ("log", &["level", "format"]),
     ("http", &["listen"]),
     ("hooks", crate::hooks::config::HOOK_KEYS),
 ];
@@ -81,6 +82,7 @@ struct RawStatus {
 #[derive(Debug, Default, Deserialize)]
 struct RawLog {
     level: Option<String>,
+    format: Option<String>,
 }
 
 impl Config {
@@ -172,6 +174,17 @@ impl Config {
                 .path
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_STATUS_PATH)),
             log_level: raw.log.level.unwrap_or_else(|| "info".to_owned()),
+            log_format: match raw.log.format.as_deref() {
+                None | Some("text") => LogFormat::Text,
+                Some("json") => LogFormat::Json,
+                Some(other) => {
+                    return Err(invalid(
+                        "log.format",
+                        other,
+                        "expected \"text\" or \"json\" (--log-format wins over it)",
+                    ));
+                }
+            },
             http_listen: match raw.http.listen.as_deref() {
                 None | Some("") => None,
                 Some(text) => Some(text.parse().map_err(|_| {

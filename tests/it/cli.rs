@@ -424,3 +424,45 @@ fn hook_variables_stand_in_for_node_id_and_election_with_a_warning() {
     assert!(stdout.contains("name = \"mail\""), "{stdout}");
     assert!(!stderr.contains("WARN"), "{stderr}");
 }
+
+/// log.format from the file or LEADERD_LOG__FORMAT makes the log JSON lines, and
+/// --log-format wins over both. The line logged is the LEADERD_NODE_ID warning.
+#[test]
+fn log_format_comes_from_file_and_environment_and_the_flag_wins() {
+    let db = TestDb::new(Backend::Sqlite);
+    let file = db.dir.join("json.toml");
+    std::fs::write(&file, "[log]\nformat = \"json\"\n").unwrap();
+    let stderr_of = |args: &[&str], env: &[(&str, &str)]| {
+        let output = leaderd()
+            .args(args)
+            .arg("check-config")
+            .env_remove("LEADERD_NODE__ID")
+            .env("LEADERD_NODE_ID", "web-1")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0));
+        String::from_utf8(output.stderr).unwrap()
+    };
+    let is_json = |stderr: &str| {
+        assert!(stderr.contains("LEADERD_NODE__ID"), "{stderr}");
+        stderr
+            .lines()
+            .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok())
+    };
+    let file_arg = ["--config", file.to_str().unwrap()];
+    assert!(!is_json(&stderr_of(&[], &[])));
+    assert!(is_json(&stderr_of(&[], &[("LEADERD_LOG__FORMAT", "json")])));
+    assert!(is_json(&stderr_of(&file_arg, &[])));
+    assert!(!is_json(&stderr_of(
+        &["--log-format", "text"],
+        &[("LEADERD_LOG__FORMAT", "json")]
+    )));
+    assert!(!is_json(&stderr_of(
+        &[&file_arg[..], &["--log-format", "text"]].concat(),
+        &[]
+    )));
+    let (code, _, stderr) = check_config(&[("LEADERD_LOG__FORMAT", "xml")]);
+    assert_eq!(code, Some(78));
+    assert!(stderr.contains("log.format = \"xml\""), "{stderr}");
+}
