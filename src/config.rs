@@ -30,6 +30,31 @@ pub enum ConfigError {
     },
     #[error(transparent)]
     Hooks(#[from] crate::hooks::config::HookConfigError),
+    #[error(
+        "{key} = {path:?}: cannot read the file ({source}); check the path and that leaderd's user may read it"
+    )]
+    SecretFile {
+        key: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{key} = {path:?}: the database URL in the file ({url}) is not usable: {reason}")]
+    UrlInFile {
+        key: &'static str,
+        path: PathBuf,
+        /// Redacted.
+        url: String,
+        reason: String,
+    },
+    #[error("{key} = {path:?}: the password cannot go into database URL {url}: {reason}")]
+    PasswordInUrl {
+        key: &'static str,
+        path: PathBuf,
+        /// Redacted.
+        url: String,
+        reason: &'static str,
+    },
     #[error("node.id is not set and the host name cannot be read ({0}); set node.id")]
     Hostname(#[source] std::io::Error),
 }
@@ -327,6 +352,72 @@ mod tests {
             e.starts_with("log.format = \"xml\": expected \"text\" or \"json\""),
             "{e}"
         );
+    }
+
+    /// A directory of its own with `files` in it.
+    fn secrets(files: &[(&str, &str)]) -> PathBuf {
+        let (file, _) = tempfile();
+        std::fs::remove_file(&file).unwrap();
+        let dir = file.with_extension("d");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn database_secrets_from_files_and_credentials() {
+        let dir = secrets(&[
+            ("url", "postgres://app:fromfile@db/app\n"),
+            ("password", "s3cret\n"),
+            ("bad", "postgres://app:s3cret@db:port/app\n"),
+            ("database-url", "mysql://app:cred@db/app"),
+            ("database-password", "credpw"),
+        ]);
+        let d = dir.display();
+        let c = load(&format!("[database]\nurl_file = \"{d}/url\"\n"), &[]).unwrap();
+        assert_eq!(c.database_url.expose(), "postgres://app:fromfile@db/app");
+        let c = load(
+            &format!(
+                "[database]\nurl = \"postgres://app@db/app\"\npassword_file = \"{d}/password\"\n"
+            ),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.database_url.expose(), "postgres://app:s3cret@db/app");
+        assert!(!c.to_toml_redacted().contains("s3cret"));
+        // systemd credentials, when the configuration names no source.
+        let creds = [("CREDENTIALS_DIRECTORY", d.to_string())];
+        let creds: Vec<(&str, &str)> = creds.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let c = load("", &creds).unwrap();
+        assert_eq!(c.database_url.expose(), "mysql://app:credpw@db/app");
+        let c = load("[database]\nurl = \"postgres://u@h/x\"\n", &creds).unwrap();
+        assert_eq!(c.database_url.expose(), "postgres://u:credpw@h/x");
+        // Errors name the key and the file, never the secret.
+        let e = error(&format!("[database]\nurl_file = \"{d}/bad\"\n"), &[]);
+        assert!(e.starts_with("database.url_file = "), "{e}");
+        assert!(e.contains("/bad") && !e.contains("s3cret"), "{e}");
+        let e = error(&format!("[database]\npassword_file = \"{d}/none\"\n"), &[]);
+        assert!(
+            e.contains("database.password_file") && e.contains("/none"),
+            "{e}"
+        );
+        assert!(e.contains("cannot read the file"), "{e}");
+        let e = error(
+            &format!("[database]\npassword_file = \"{d}/password\"\n"),
+            &[],
+        );
+        assert!(e.contains("sqlite") && !e.contains("s3cret"), "{e}");
+        let e = error(
+            &format!("[database]\nurl = \"postgres://u:s3cret@h/x\"\nurl_file = \"{d}/url\"\n"),
+            &[],
+        );
+        assert!(
+            e.contains("set one of them") && !e.contains("s3cret"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     fn load_env(env: &[(&str, &str)]) -> Config {

@@ -14,7 +14,7 @@ use super::{
 use crate::election::settings::{self, Setting};
 use crate::hooks::HooksConfig;
 use crate::logging::LogFormat;
-use crate::store::DatabaseUrl;
+use crate::store::{Backend, DatabaseUrl};
 
 /// Every key leaderd reads, by section. Anything else is an error, so a typo such as
 /// `election.tll` is caught instead of silently running with the default.
@@ -23,7 +23,14 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
     ("election", &["name", "ttl", "interval"]),
     (
         "database",
-        &["url", "connect_timeout", "query_timeout", "migrate"],
+        &[
+            "url",
+            "url_file",
+            "password_file",
+            "connect_timeout",
+            "query_timeout",
+            "migrate",
+        ],
     ),
     ("status", &["path"]),
     ("log", &["level", "format"]),
@@ -69,6 +76,8 @@ struct RawElection {
 #[derive(Debug, Default, Deserialize)]
 struct RawDatabase {
     url: Option<String>,
+    url_file: Option<PathBuf>,
+    password_file: Option<PathBuf>,
     connect_timeout: Option<String>,
     query_timeout: Option<String>,
     migrate: Option<bool>,
@@ -129,13 +138,17 @@ impl Config {
         };
         let mut raw: RawConfig = merged.try_deserialize()?;
         let fallbacks = hook_variable_fallbacks(&mut raw, env, node_id.is_some());
-        let mut config = Self::validate(raw, node_id)?;
+        let mut config = Self::validate(raw, node_id, env)?;
         config.hooks = hooks;
         config.env_fallbacks = fallbacks;
         Ok(config)
     }
 
-    fn validate(raw: RawConfig, node_id: Option<&str>) -> Result<Self, ConfigError> {
+    fn validate(
+        raw: RawConfig,
+        node_id: Option<&str>,
+        env: &HashMap<String, String>,
+    ) -> Result<Self, ConfigError> {
         let node_id = match node_id.map(str::to_owned).or(raw.node.id) {
             Some(id) => id,
             None => hostname::get()
@@ -148,8 +161,7 @@ impl Config {
         let interval = duration("election.interval", raw.election.interval.as_deref(), "1s")?;
         // The election's own rules, named by configuration key.
         crate::election::ElectionSettings::new(&election, &node_id, ttl, interval)?;
-        let database_url =
-            DatabaseUrl::parse(raw.database.url.as_deref().unwrap_or(DEFAULT_DATABASE_URL))?;
+        let database_url = database_url(&raw.database, env.get("CREDENTIALS_DIRECTORY"))?;
         let connect_timeout = duration(
             "database.connect_timeout",
             raw.database.connect_timeout.as_deref(),
@@ -199,6 +211,79 @@ impl Config {
             env_fallbacks: Vec::new(),
         })
     }
+}
+
+/// The systemd credentials leaderd reads from `$CREDENTIALS_DIRECTORY` when the
+/// configuration names no source of its own (`LoadCredential=database-url:…`).
+const CREDENTIAL_URL: &str = "database-url";
+const CREDENTIAL_PASSWORD: &str = "database-password";
+
+/// The contents of a secret file, without the line end an editor or `echo` adds.
+fn read_secret(key: &'static str, path: &Path) -> Result<String, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::SecretFile {
+        key,
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(text.trim_end_matches(['\n', '\r']).to_owned())
+}
+
+/// A credential file, if systemd passed one by that name.
+fn credential(directory: Option<&String>, name: &str) -> Option<PathBuf> {
+    let path = Path::new(directory.filter(|d| !d.is_empty())?).join(name);
+    path.is_file().then_some(path)
+}
+
+/// The database URL: `database.url_file`, else `database.url`, else the systemd credential
+/// `database-url`, else the default; then the password from `database.password_file`, else
+/// from the credential `database-password`, put into it (replacing any password it has).
+/// Files are read on every load, so a reload sees a rotated secret (and reports that the
+/// URL changed). No error or log line carries a secret: URLs are shown redacted, password
+/// files by path only.
+fn database_url(
+    raw: &RawDatabase,
+    credentials: Option<&String>,
+) -> Result<DatabaseUrl, ConfigError> {
+    let from_file = |key: &'static str, path: &Path| -> Result<DatabaseUrl, ConfigError> {
+        DatabaseUrl::parse(&read_secret(key, path)?).map_err(|error| ConfigError::UrlInFile {
+            key,
+            path: path.to_owned(),
+            url: error.url,
+            reason: error.reason,
+        })
+    };
+    let url = match (&raw.url_file, &raw.url) {
+        (Some(_), Some(url)) => {
+            return Err(invalid(
+                "database.url_file",
+                DatabaseUrl::parse(url).map_or_else(|e| e.url, |u| u.redacted()),
+                "database.url is set too; set one of them",
+            ));
+        }
+        (Some(path), None) => from_file("database.url_file", path)?,
+        (None, Some(url)) => DatabaseUrl::parse(url)?,
+        (None, None) => match credential(credentials, CREDENTIAL_URL) {
+            Some(path) => from_file("database.url_file", &path)?,
+            None => DatabaseUrl::parse(DEFAULT_DATABASE_URL)?,
+        },
+    };
+    let (key, path) = match &raw.password_file {
+        Some(path) => ("database.password_file", path.clone()),
+        None => match credential(credentials, CREDENTIAL_PASSWORD) {
+            // A credential meant for a server is no error where the URL names SQLite.
+            Some(_) if url.backend() == Backend::Sqlite => return Ok(url),
+            Some(path) => ("database.password_file", path),
+            None => return Ok(url),
+        },
+    };
+    let password = read_secret(key, &path)?;
+    url.with_password(&password)
+        .map_err(|reason| ConfigError::PasswordInUrl {
+            key,
+            path,
+            url: url.redacted(),
+            reason,
+        })
 }
 
 /// `LEADERD_NODE_ID` and `LEADERD_ELECTION` look like configuration variables but are not

@@ -466,3 +466,79 @@ fn log_format_comes_from_file_and_environment_and_the_flag_wins() {
     assert_eq!(code, Some(78));
     assert!(stderr.contains("log.format = \"xml\""), "{stderr}");
 }
+
+/// `check-config` and `migrate` (a real connection to PostgreSQL, which trusts any
+/// password here) with the database secret from `env`: the password never shows, the
+/// redacted URL has `***` where it goes, and the connection works.
+fn uses_secret(db: &TestDb, env: &[(&str, &str)]) {
+    for command in ["check-config", "migrate"] {
+        let output = leaderd()
+            .arg(command)
+            .current_dir(&db.dir)
+            .env_remove("LEADERD_DATABASE__URL")
+            .env("LEADERD_NODE__ID", "n1")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8(output.stdout).unwrap(),
+            String::from_utf8(output.stderr).unwrap(),
+        );
+        assert_eq!(output.status.code(), Some(0), "{command}: {stdout}{stderr}");
+        assert!(!stdout.contains("hunter2") && !stderr.contains("hunter2"));
+        assert!(
+            stdout.contains("postgres:***@127.0.0.1"),
+            "{command}: {stdout}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn database_secrets_come_from_files_and_systemd_credentials() {
+    let db = TestDb::new(Backend::Postgres);
+    let with_password = db.url.replace("postgres@", "postgres:hunter2@");
+    assert_ne!(with_password, db.url);
+    let file = |name: &str, text: &str| {
+        let path = db.dir.join(name);
+        std::fs::write(&path, format!("{text}\n")).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let password = file("password", "hunter2");
+    let url = file("url", &with_password);
+    uses_secret(
+        &db,
+        &[
+            ("LEADERD_DATABASE__URL", &db.url),
+            ("LEADERD_DATABASE__PASSWORD_FILE", &password),
+        ],
+    );
+    uses_secret(&db, &[("LEADERD_DATABASE__URL_FILE", &url)]);
+    // systemd credentials: the whole URL, or the password for the configured URL.
+    let credentials = db.dir.join("credentials");
+    std::fs::create_dir(&credentials).unwrap();
+    std::fs::write(credentials.join("database-url"), &with_password).unwrap();
+    let credentials = credentials.to_str().unwrap();
+    uses_secret(&db, &[("CREDENTIALS_DIRECTORY", credentials)]);
+    let only_password = db.dir.join("only-password");
+    std::fs::create_dir(&only_password).unwrap();
+    std::fs::write(only_password.join("database-password"), "hunter2").unwrap();
+    uses_secret(
+        &db,
+        &[
+            ("CREDENTIALS_DIRECTORY", only_password.to_str().unwrap()),
+            ("LEADERD_DATABASE__URL", &db.url),
+        ],
+    );
+    // A URL in a file that does not parse: the key and the file, not the secret.
+    let bad = file("bad", "postgres://postgres:hunter2@127.0.0.1:port/test");
+    let (code, stdout, stderr) = check_config(&[("LEADERD_DATABASE__URL_FILE", &bad)]);
+    assert_eq!(code, Some(78), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("database.url_file") && stderr.contains("/bad"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("hunter2") && !stdout.contains("hunter2"),
+        "{stderr}"
+    );
+}
