@@ -44,9 +44,9 @@ pub struct Cli {
     /// TOML configuration file; LEADERD_<SECTION>__<KEY> variables override it.
     #[arg(long, short, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Log line format on stderr.
-    #[arg(long, global = true, value_enum, default_value = "text")]
-    log_format: LogFormat,
+    /// Log line format on stderr [default: log.format, else text].
+    #[arg(long, global = true, value_enum)]
+    log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Command,
 }
@@ -161,7 +161,13 @@ pub fn main() -> ExitCode {
         _ => &config.log_level,
     };
     // `writer` flushes the log at the end of main, before the last words on stderr.
-    let (log, writer) = logging::init(cli.log_format, level);
+    let (log, writer) = logging::init(cli.log_format.unwrap_or(config.log_format), level);
+    for fallback in &config.env_fallbacks {
+        match fallback.from_hook {
+            true => tracing::debug!(variable = fallback.variable, "{fallback}"),
+            false => tracing::warn!(variable = fallback.variable, "{fallback}"),
+        }
+    }
     if let Command::CheckConfig = cli.command {
         print!("{}", config.to_toml_redacted());
         writer.finish();

@@ -6,6 +6,7 @@ mod load;
 
 use crate::election::settings::{Setting, SettingsError};
 use crate::hooks::HooksConfig;
+use crate::logging::LogFormat;
 use crate::store::{DatabaseUrl, UrlError};
 use std::fmt;
 use std::path::PathBuf;
@@ -29,6 +30,31 @@ pub enum ConfigError {
     },
     #[error(transparent)]
     Hooks(#[from] crate::hooks::config::HookConfigError),
+    #[error(
+        "{key} = {path:?}: cannot read the file ({source}); check the path and that leaderd's user may read it"
+    )]
+    SecretFile {
+        key: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{key} = {path:?}: the database URL in the file ({url}) is not usable: {reason}")]
+    UrlInFile {
+        key: &'static str,
+        path: PathBuf,
+        /// Redacted.
+        url: String,
+        reason: String,
+    },
+    #[error("{key} = {path:?}: the password cannot go into database URL {url}: {reason}")]
+    PasswordInUrl {
+        key: &'static str,
+        path: PathBuf,
+        /// Redacted.
+        url: String,
+        reason: &'static str,
+    },
     #[error("node.id is not set and the host name cannot be read ({0}); set node.id")]
     Hostname(#[source] std::io::Error),
 }
@@ -86,9 +112,51 @@ pub struct Config {
     pub status_path: PathBuf,
     /// The default tracing filter when `RUST_LOG` is not set.
     pub log_level: String,
+    /// The log line format unless `--log-format` is given.
+    pub log_format: LogFormat,
     /// Where to serve /leader, /status and /metrics (off unless set).
     pub http_listen: Option<std::net::SocketAddr>,
     pub hooks: HooksConfig,
+    /// Hook variables taken as configuration because the real key was not set (logged
+    /// once logging is up).
+    pub env_fallbacks: Vec<EnvFallback>,
+}
+
+/// `LEADERD_NODE_ID` or `LEADERD_ELECTION` read in place of `node.id` or `election.name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvFallback {
+    /// The variable that was read, e.g. `LEADERD_NODE_ID`.
+    pub variable: &'static str,
+    /// The configuration key it stood for, e.g. `node.id`.
+    pub key: &'static str,
+    /// The variable that sets the key, e.g. `LEADERD_NODE__ID`.
+    pub instead: &'static str,
+    /// This process runs under a hook (`LEADERD_EVENT` is set), which set the variable.
+    pub from_hook: bool,
+}
+
+impl fmt::Display for EnvFallback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let EnvFallback {
+            variable,
+            key,
+            instead,
+            ..
+        } = self;
+        write!(
+            f,
+            "{key} taken from {variable}, as {key} is not set; the configuration variable \
+             is {instead} (with two underscores)"
+        )
+    }
+}
+
+/// Whether `name` is one of leaderd's configuration variables, `LEADERD_<SECTION>__<KEY>`
+/// (`LEADERD_DATABASE__URL` carries the password). The `LEADERD_*` variables leaderd hands
+/// to its hooks (`LEADERD_TERM`, `LEADERD_NODE_ID`, …) have no `__` and are not.
+pub fn is_config_variable(name: &str) -> bool {
+    name.strip_prefix(load::ENV_PREFIX)
+        .is_some_and(|rest| rest.contains("__"))
 }
 
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://leaderd.sqlite3";
@@ -118,6 +186,10 @@ impl Config {
 
             [log]
             level = (self.log_level.clone())
+            format = (match self.log_format {
+                LogFormat::Text => "text",
+                LogFormat::Json => "json",
+            })
         };
         let mut table = table;
         if let Some(listen) = self.http_listen {
@@ -261,5 +333,126 @@ mod tests {
         )
         .unwrap();
         assert!(!c.to_toml_redacted().contains("s3cret"));
+    }
+
+    #[test]
+    fn log_format_from_file_and_environment() {
+        assert_eq!(load("", &[]).unwrap().log_format, LogFormat::Text);
+        let c = load("[log]\nformat = \"json\"\n", &[]).unwrap();
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert!(c.to_toml_redacted().contains("format = \"json\""));
+        let c = load(
+            "[log]\nformat = \"json\"\n",
+            &[("LEADERD_LOG__FORMAT", "text")],
+        )
+        .unwrap();
+        assert_eq!(c.log_format, LogFormat::Text);
+        let e = error("", &[("LEADERD_LOG__FORMAT", "xml")]);
+        assert!(
+            e.starts_with("log.format = \"xml\": expected \"text\" or \"json\""),
+            "{e}"
+        );
+    }
+
+    /// A directory of its own with `files` in it.
+    fn secrets(files: &[(&str, &str)]) -> PathBuf {
+        let (file, _) = tempfile();
+        std::fs::remove_file(&file).unwrap();
+        let dir = file.with_extension("d");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn database_secrets_from_files_and_credentials() {
+        let dir = secrets(&[
+            ("url", "postgres://app:fromfile@db/app\n"),
+            ("password", "s3cret\n"),
+            ("bad", "postgres://app:s3cret@db:port/app\n"),
+            ("database-url", "mysql://app:cred@db/app"),
+            ("database-password", "credpw"),
+        ]);
+        let d = dir.display();
+        let c = load(&format!("[database]\nurl_file = \"{d}/url\"\n"), &[]).unwrap();
+        assert_eq!(c.database_url.expose(), "postgres://app:fromfile@db/app");
+        let c = load(
+            &format!(
+                "[database]\nurl = \"postgres://app@db/app\"\npassword_file = \"{d}/password\"\n"
+            ),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.database_url.expose(), "postgres://app:s3cret@db/app");
+        assert!(!c.to_toml_redacted().contains("s3cret"));
+        // systemd credentials, when the configuration names no source.
+        let creds = [("CREDENTIALS_DIRECTORY", d.to_string())];
+        let creds: Vec<(&str, &str)> = creds.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let c = load("", &creds).unwrap();
+        assert_eq!(c.database_url.expose(), "mysql://app:credpw@db/app");
+        let c = load("[database]\nurl = \"postgres://u@h/x\"\n", &creds).unwrap();
+        assert_eq!(c.database_url.expose(), "postgres://u:credpw@h/x");
+        // Errors name the key and the file, never the secret.
+        let e = error(&format!("[database]\nurl_file = \"{d}/bad\"\n"), &[]);
+        assert!(e.starts_with("database.url_file = "), "{e}");
+        assert!(e.contains("/bad") && !e.contains("s3cret"), "{e}");
+        let e = error(&format!("[database]\npassword_file = \"{d}/none\"\n"), &[]);
+        assert!(
+            e.contains("database.password_file") && e.contains("/none"),
+            "{e}"
+        );
+        assert!(e.contains("cannot read the file"), "{e}");
+        let e = error(
+            &format!("[database]\npassword_file = \"{d}/password\"\n"),
+            &[],
+        );
+        assert!(e.contains("sqlite") && !e.contains("s3cret"), "{e}");
+        let e = error(
+            &format!("[database]\nurl = \"postgres://u:s3cret@h/x\"\nurl_file = \"{d}/url\"\n"),
+            &[],
+        );
+        assert!(
+            e.contains("set one of them") && !e.contains("s3cret"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn load_env(env: &[(&str, &str)]) -> Config {
+        let env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::load_from(None, &env, None).unwrap()
+    }
+
+    #[test]
+    fn hook_variables_stand_in_for_unset_node_id_and_election_name() {
+        let c = load_env(&[("LEADERD_NODE_ID", "web-1"), ("LEADERD_ELECTION", "jobs")]);
+        assert_eq!((c.node_id.as_str(), c.election.as_str()), ("web-1", "jobs"));
+        let variables: Vec<_> = c.env_fallbacks.iter().map(|f| f.variable).collect();
+        assert_eq!(variables, ["LEADERD_NODE_ID", "LEADERD_ELECTION"]);
+        assert!(c.env_fallbacks.iter().all(|f| !f.from_hook));
+        let note = c.env_fallbacks[0].to_string();
+        assert!(note.contains("LEADERD_NODE__ID"), "{note}");
+        // Under a hook, which set them with the same meaning.
+        let c = load_env(&[("LEADERD_NODE_ID", "web-1"), ("LEADERD_EVENT", "elected")]);
+        assert_eq!(c.node_id, "web-1");
+        assert!(c.env_fallbacks[0].from_hook);
+        // The real keys win, and then nothing is noted.
+        let c = load_env(&[
+            ("LEADERD_NODE_ID", "web-1"),
+            ("LEADERD_NODE__ID", "web-2"),
+            ("LEADERD_ELECTION", "jobs"),
+            ("LEADERD_ELECTION__NAME", "mail"),
+        ]);
+        assert_eq!((c.node_id.as_str(), c.election.as_str()), ("web-2", "mail"));
+        assert!(c.env_fallbacks.is_empty());
+        // --id wins too.
+        let c = load("", &[("LEADERD_NODE_ID", "web-1")]).unwrap();
+        assert_eq!(c.node_id, "node-a");
+        assert!(c.env_fallbacks.is_empty());
     }
 }

@@ -187,6 +187,7 @@ fn reload(
                 ("database.migrate", old.migrate != new.migrate),
                 ("status.path", old.status_path != new.status_path),
                 ("http.listen", old.http_listen != new.http_listen),
+                ("log.format", old.log_format != new.log_format),
                 (
                     "hooks.containment",
                     old.hooks.containment != new.hooks.containment,

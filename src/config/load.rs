@@ -8,10 +8,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{Config, ConfigError, DEFAULT_DATABASE_URL, DEFAULT_STATUS_PATH, invalid, key_of};
+use super::{
+    Config, ConfigError, DEFAULT_DATABASE_URL, DEFAULT_STATUS_PATH, EnvFallback, invalid, key_of,
+};
 use crate::election::settings::{self, Setting};
 use crate::hooks::HooksConfig;
-use crate::store::DatabaseUrl;
+use crate::logging::LogFormat;
+use crate::store::{Backend, DatabaseUrl};
 
 /// Every key leaderd reads, by section. Anything else is an error, so a typo such as
 /// `election.tll` is caught instead of silently running with the default.
@@ -20,15 +23,22 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
     ("election", &["name", "ttl", "interval"]),
     (
         "database",
-        &["url", "connect_timeout", "query_timeout", "migrate"],
+        &[
+            "url",
+            "url_file",
+            "password_file",
+            "connect_timeout",
+            "query_timeout",
+            "migrate",
+        ],
     ),
     ("status", &["path"]),
-    ("log", &["level"]),
+    ("log", &["level", "format"]),
     ("http", &["listen"]),
     ("hooks", crate::hooks::config::HOOK_KEYS),
 ];
 
-const ENV_PREFIX: &str = "LEADERD_";
+pub(super) const ENV_PREFIX: &str = "LEADERD_";
 
 #[derive(Debug, Default, Deserialize)]
 struct RawConfig {
@@ -66,6 +76,8 @@ struct RawElection {
 #[derive(Debug, Default, Deserialize)]
 struct RawDatabase {
     url: Option<String>,
+    url_file: Option<PathBuf>,
+    password_file: Option<PathBuf>,
     connect_timeout: Option<String>,
     query_timeout: Option<String>,
     migrate: Option<bool>,
@@ -79,6 +91,7 @@ struct RawStatus {
 #[derive(Debug, Default, Deserialize)]
 struct RawLog {
     level: Option<String>,
+    format: Option<String>,
 }
 
 impl Config {
@@ -107,10 +120,7 @@ impl Config {
         // that leaderd hands to its hooks (LEADERD_TERM, …) are not.
         let overrides: HashMap<String, String> = env
             .iter()
-            .filter(|(name, _)| {
-                name.strip_prefix(ENV_PREFIX)
-                    .is_some_and(|rest| rest.contains("__"))
-            })
+            .filter(|(name, _)| super::is_config_variable(name))
             .map(|(name, value)| (name.clone(), value.clone()))
             .collect();
         builder = builder.add_source(
@@ -126,13 +136,19 @@ impl Config {
             Err(config::ConfigError::NotFound(_)) => HooksConfig::default(),
             Err(error) => return Err(error.into()),
         };
-        let raw: RawConfig = merged.try_deserialize()?;
-        let mut config = Self::validate(raw, node_id)?;
+        let mut raw: RawConfig = merged.try_deserialize()?;
+        let fallbacks = hook_variable_fallbacks(&mut raw, env, node_id.is_some());
+        let mut config = Self::validate(raw, node_id, env)?;
         config.hooks = hooks;
+        config.env_fallbacks = fallbacks;
         Ok(config)
     }
 
-    fn validate(raw: RawConfig, node_id: Option<&str>) -> Result<Self, ConfigError> {
+    fn validate(
+        raw: RawConfig,
+        node_id: Option<&str>,
+        env: &HashMap<String, String>,
+    ) -> Result<Self, ConfigError> {
         let node_id = match node_id.map(str::to_owned).or(raw.node.id) {
             Some(id) => id,
             None => hostname::get()
@@ -145,8 +161,7 @@ impl Config {
         let interval = duration("election.interval", raw.election.interval.as_deref(), "1s")?;
         // The election's own rules, named by configuration key.
         crate::election::ElectionSettings::new(&election, &node_id, ttl, interval)?;
-        let database_url =
-            DatabaseUrl::parse(raw.database.url.as_deref().unwrap_or(DEFAULT_DATABASE_URL))?;
+        let database_url = database_url(&raw.database, env.get("CREDENTIALS_DIRECTORY"))?;
         let connect_timeout = duration(
             "database.connect_timeout",
             raw.database.connect_timeout.as_deref(),
@@ -171,6 +186,17 @@ impl Config {
                 .path
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_STATUS_PATH)),
             log_level: raw.log.level.unwrap_or_else(|| "info".to_owned()),
+            log_format: match raw.log.format.as_deref() {
+                None | Some("text") => LogFormat::Text,
+                Some("json") => LogFormat::Json,
+                Some(other) => {
+                    return Err(invalid(
+                        "log.format",
+                        other,
+                        "expected \"text\" or \"json\" (--log-format wins over it)",
+                    ));
+                }
+            },
             http_listen: match raw.http.listen.as_deref() {
                 None | Some("") => None,
                 Some(text) => Some(text.parse().map_err(|_| {
@@ -182,8 +208,134 @@ impl Config {
                 })?),
             },
             hooks: HooksConfig::default(),
+            env_fallbacks: Vec::new(),
         })
     }
+}
+
+/// The systemd credentials leaderd reads from `$CREDENTIALS_DIRECTORY` when the
+/// configuration names no source of its own (`LoadCredential=database-url:…`).
+const CREDENTIAL_URL: &str = "database-url";
+const CREDENTIAL_PASSWORD: &str = "database-password";
+
+/// The contents of a secret file, without the line end an editor or `echo` adds.
+fn read_secret(key: &'static str, path: &Path) -> Result<String, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::SecretFile {
+        key,
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(text.trim_end_matches(['\n', '\r']).to_owned())
+}
+
+/// A credential file, if systemd passed one by that name.
+fn credential(directory: Option<&String>, name: &str) -> Option<PathBuf> {
+    let path = Path::new(directory.filter(|d| !d.is_empty())?).join(name);
+    path.is_file().then_some(path)
+}
+
+/// The database URL: `database.url_file`, else `database.url`, else the systemd credential
+/// `database-url`, else the default; then the password from `database.password_file`, else
+/// from the credential `database-password`, put into it (replacing any password it has).
+/// Files are read on every load, so a reload sees a rotated secret (and reports that the
+/// URL changed). No error or log line carries a secret: URLs are shown redacted, password
+/// files by path only.
+fn database_url(
+    raw: &RawDatabase,
+    credentials: Option<&String>,
+) -> Result<DatabaseUrl, ConfigError> {
+    let from_file = |key: &'static str, path: &Path| -> Result<DatabaseUrl, ConfigError> {
+        DatabaseUrl::parse(&read_secret(key, path)?).map_err(|error| ConfigError::UrlInFile {
+            key,
+            path: path.to_owned(),
+            url: error.url,
+            reason: error.reason,
+        })
+    };
+    let url = match (&raw.url_file, &raw.url) {
+        (Some(_), Some(url)) => {
+            return Err(invalid(
+                "database.url_file",
+                DatabaseUrl::parse(url).map_or_else(|e| e.url, |u| u.redacted()),
+                "database.url is set too; set one of them",
+            ));
+        }
+        (Some(path), None) => from_file("database.url_file", path)?,
+        (None, Some(url)) => DatabaseUrl::parse(url)?,
+        (None, None) => match credential(credentials, CREDENTIAL_URL) {
+            Some(path) => from_file("database.url_file", &path)?,
+            None => DatabaseUrl::parse(DEFAULT_DATABASE_URL)?,
+        },
+    };
+    let (key, path) = match &raw.password_file {
+        Some(path) => ("database.password_file", path.clone()),
+        None => match credential(credentials, CREDENTIAL_PASSWORD) {
+            // A credential meant for a server is no error where the URL names SQLite.
+            Some(_) if url.backend() == Backend::Sqlite => return Ok(url),
+            Some(path) => ("database.password_file", path),
+            None => return Ok(url),
+        },
+    };
+    let password = read_secret(key, &path)?;
+    url.with_password(&password)
+        .map_err(|reason| ConfigError::PasswordInUrl {
+            key,
+            path,
+            url: url.redacted(),
+            reason,
+        })
+}
+
+/// `LEADERD_NODE_ID` and `LEADERD_ELECTION` look like configuration variables but are not
+/// (those are `LEADERD_NODE__ID` and `LEADERD_ELECTION__NAME`): set by hand, they would
+/// silently do nothing, and the node would join as its host name or in the election
+/// "default". They are also what leaderd sets for its hooks, with the same meaning: this
+/// node's id and its election. A `leaderd status` run from `on_elected` inherits them, and
+/// since leaderd keeps its own configuration variables from hooks, they are the only way
+/// such a command learns which election it is about. So each is taken as the key's value
+/// when the key is set nowhere else (`--id`, the environment, the file): right for the
+/// hook's child, and what the hand who set it meant. The caller logs each one taken — a
+/// warning naming the real variable, or a debug line under a hook (`LEADERD_EVENT` set),
+/// where it is expected.
+fn hook_variable_fallbacks(
+    raw: &mut RawConfig,
+    env: &HashMap<String, String>,
+    id_given: bool,
+) -> Vec<EnvFallback> {
+    let from_hook = env.contains_key("LEADERD_EVENT");
+    let mut taken = Vec::new();
+    let mut fill = |slot: &mut Option<String>,
+                    variable: &'static str,
+                    key: &'static str,
+                    instead: &'static str| {
+        if slot.is_some() {
+            return;
+        }
+        if let Some(value) = env.get(variable).filter(|v| !v.is_empty()) {
+            *slot = Some(value.clone());
+            taken.push(EnvFallback {
+                variable,
+                key,
+                instead,
+                from_hook,
+            });
+        }
+    };
+    if !id_given {
+        fill(
+            &mut raw.node.id,
+            "LEADERD_NODE_ID",
+            "node.id",
+            "LEADERD_NODE__ID",
+        );
+    }
+    fill(
+        &mut raw.election.name,
+        "LEADERD_ELECTION",
+        "election.name",
+        "LEADERD_ELECTION__NAME",
+    );
+    taken
 }
 
 /// Names where an unknown key came from: the environment variable, or the file.

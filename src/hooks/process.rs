@@ -59,6 +59,19 @@ fn cgroup_arg(containment: &Containment) -> Option<std::ffi::OsString> {
     Some(arg)
 }
 
+/// Keeps leaderd's own configuration variables (`LEADERD_<SECTION>__<KEY>`, the database
+/// URL and its password among them) from the guard, and so from the program it runs: a
+/// hook gets the event variables and its own `env`, not leaderd's secrets. Called on every
+/// guard leaderd starts, the warm ones included (they read their program's `env` from
+/// leaderd later, and pass on only that).
+fn without_config_variables(command: &mut tokio::process::Command) {
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(crate::config::is_config_variable) {
+            command.env_remove(name);
+        }
+    }
+}
+
 impl HookProcess {
     pub fn spawn(
         hook: &'static str,
@@ -79,7 +92,9 @@ impl HookProcess {
             .arg(guard::SUBCOMMAND)
             .arg(std::process::id().to_string())
             .args(fence.map(|kill| format!("--fence-until={}", boottime_at(kill))))
-            .args(fence.and_then(|_| cgroup_arg(containment)))
+            .args(fence.and_then(|_| cgroup_arg(containment)));
+        without_config_variables(&mut command);
+        command
             .envs(env.iter().map(|(k, v)| (k, v)))
             .process_group(0);
         let (fence_reader, fence_writer) = match fence {
@@ -220,7 +235,9 @@ impl WarmGuard {
             .arg(guard::SUBCOMMAND)
             .arg(std::process::id().to_string())
             .arg("--await-command")
-            .args(cgroup_arg(containment))
+            .args(cgroup_arg(containment));
+        without_config_variables(&mut command);
+        command
             .process_group(0)
             .stdin(Stdio::from(reader))
             .stdout(Stdio::piped())

@@ -82,6 +82,21 @@ impl DatabaseUrl {
         self.url.strip_prefix("sqlite://").unwrap_or(&self.url)
     }
 
+    /// This URL with `password` in place of its own (percent-encoded as needed). An error
+    /// says why not, without the password.
+    pub fn with_password(&self, password: &str) -> Result<DatabaseUrl, &'static str> {
+        if self.backend == Backend::Sqlite {
+            return Err("an sqlite:// database has no password");
+        }
+        let mut url = url::Url::parse(&self.url).map_err(|_| "not a valid URL")?;
+        url.set_password(Some(password))
+            .map_err(|()| "the URL has no host to log in to")?;
+        Ok(DatabaseUrl {
+            url: url.to_string(),
+            backend: self.backend,
+        })
+    }
+
     pub fn redacted(&self) -> String {
         redact(&self.url)
     }
@@ -123,6 +138,16 @@ mod tests {
         assert!(!format!("{url:?}").contains("s3cret"));
         let error = DatabaseUrl::parse("ftp://u:s3cret@h/x").unwrap_err();
         assert!(!error.to_string().contains("s3cret"), "{error}");
+    }
+
+    #[test]
+    fn a_password_goes_into_the_url_encoded() {
+        let url = DatabaseUrl::parse("postgres://app@db:5432/app").unwrap();
+        let with = url.with_password("p@ss/w:rd").unwrap();
+        assert_eq!(with.to_string(), "postgres://app:***@db:5432/app");
+        assert_eq!(with.expose(), "postgres://app:p%40ss%2Fw%3Ard@db:5432/app");
+        let sqlite = DatabaseUrl::parse("sqlite://x.db").unwrap();
+        assert!(sqlite.with_password("pw").is_err());
     }
 
     #[test]
