@@ -13,6 +13,7 @@ use common::{
 use nix::sys::signal::Signal;
 use std::time::Duration;
 
+mod environment;
 mod escape;
 mod step_down;
 
@@ -470,55 +471,4 @@ async fn env_dump(path: &std::path::Path) -> std::collections::BTreeMap<String, 
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// No `LEADERD_<SECTION>__<KEY>` variable (the database URL with its password among them)
-/// reaches a hook, whether it started through a guard of its own (on_elected) or one started
-/// ahead of time (leader_command): only the event variables, the hook's own `env` and the
-/// rest of leaderd's environment.
-#[tokio::test(flavor = "multi_thread")]
-async fn hooks_never_see_leaderds_configuration_variables() {
-    let db = TestDb::new(Backend::Postgres);
-    let url = db.url.replace("postgres@", "postgres:hunter2@");
-    let settings = hooks_config(
-        &db,
-        r#"
-on_elected = ["sh", "-c", "env > DIR/elected.tmp && mv DIR/elected.tmp DIR/elected.env"]
-[hooks.leader_command]
-command = ["sh", "-c", "env > DIR/command.tmp && mv DIR/command.tmp DIR/command.env; exec sleep 60"]
-env = { HOOK_OWN = "yes" }
-"#,
-    );
-    let node = Node::start_with_env(
-        &db,
-        &settings,
-        "env-node",
-        &url,
-        &[
-            ("RECORD_DIR", db.dir.to_str().unwrap()),
-            ("LEADERD_LOG__LEVEL", "debug"),
-        ],
-    );
-    for (name, own) in [("elected.env", false), ("command.env", true)] {
-        let env = env_dump(&db.dir.join(name)).await;
-        let leaked: Vec<&String> = env
-            .keys()
-            .filter(|k| k.starts_with("LEADERD_") && k.contains("__"))
-            .collect();
-        assert!(leaked.is_empty(), "{name}: {leaked:?}");
-        assert!(
-            !env.values().any(|v| v.contains("hunter2")),
-            "{name}: {env:?}"
-        );
-        assert_eq!(env["LEADERD_NODE_ID"], "env-node", "{name}");
-        assert_eq!(env["LEADERD_ELECTION"], settings.election, "{name}");
-        assert_eq!(env["LEADERD_TERM"], "1", "{name}");
-        assert_eq!(env["LEADERD_ROLE"], "leader", "{name}");
-        assert_eq!(env["RECORD_DIR"], db.dir.to_str().unwrap(), "{name}");
-        assert_eq!(
-            env.get("HOOK_OWN").map(String::as_str),
-            own.then_some("yes")
-        );
-    }
-    drop(node);
 }
