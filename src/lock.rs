@@ -283,11 +283,19 @@ impl LockOptions {
         };
         let mut refusal: Option<LockError> = None;
         let mut cancelled = false;
+        // A failing database is retried for a moment even by a caller that will not wait:
+        // a busy SQLite file or a reset connection is no outage.
+        let unavailable_until = started + UNAVAILABLE_GRACE;
+        let gives_up_at = |refusal: &Option<LockError>| match refusal {
+            Some(LockError::Unavailable { .. }) => give_up_at.map(|at| at.max(unavailable_until)),
+            _ => give_up_at,
+        };
         tokio::pin!(cancel);
         loop {
+            let deadline = gives_up_at(&refusal);
             let round = tokio::select! {
                 changed = status.changed() => changed,
-                _ = sleep_until(give_up_at.unwrap_or(started)), if refusal.is_some() && give_up_at.is_some() => break,
+                _ = sleep_until(deadline.unwrap_or(started)), if refusal.is_some() && deadline.is_some() => break,
                 _ = &mut cancel => {
                     cancelled = true;
                     break;
@@ -340,7 +348,7 @@ impl LockOptions {
                 // round decides.
                 _ => {}
             }
-            if refusal.is_some() && give_up_at.is_some_and(|at| Instant::now() >= at) {
+            if refusal.is_some() && gives_up_at(&refusal).is_some_and(|at| Instant::now() >= at) {
                 break;
             }
         }
@@ -355,6 +363,9 @@ impl LockOptions {
         Err(refusal.unwrap_or(LockError::TaskEnded { name: self.name }))
     }
 }
+
+/// How long a lock keeps trying a failing database before it reports it unavailable.
+const UNAVAILABLE_GRACE: Duration = Duration::from_secs(1);
 
 /// A held lock. It is renewed in the background until [`LockGuard::release`] or drop;
 /// dropping it releases the lock from a background task (if the runtime is still running;

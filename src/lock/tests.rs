@@ -141,6 +141,23 @@ async fn an_unreachable_database_is_reported_not_waited_on_forever() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_database_failing_for_a_moment_does_not_refuse_a_try_once_lock() {
+    let table = MemoryStore::new();
+    let store = table.handle();
+    store.set_faults(Faults {
+        fail: true,
+        ..Faults::default()
+    });
+    let recovers = store.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        recovers.set_faults(Faults::default());
+    });
+    let held = options("a").try_acquire(store).await;
+    assert!(held.is_ok(), "{held:?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_lock_is_lost_before_its_lease_can_lapse_and_never_retaken() {
     let table = MemoryStore::new();
     let store = table.handle();
