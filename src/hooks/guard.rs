@@ -339,7 +339,5 @@ fn watch_fence(first: u64, pipe: impl std::io::BufRead + Send + 'static) {
 /// CLOCK_BOOTTIME in nanoseconds: the same clock in every process of the host, and one
 /// that goes on while the host is suspended.
 pub fn boottime_ns() -> u64 {
-    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
-        .expect("CLOCK_BOOTTIME is available");
-    now.tv_sec() as u64 * 1_000_000_000 + now.tv_nsec() as u64
+    crate::election::boottime().as_nanos() as u64
 }

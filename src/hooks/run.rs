@@ -12,7 +12,6 @@ use tokio::time::{Instant, sleep_until};
 use tracing::{debug, info, warn};
 
 use super::containment::Containment;
-use super::guard;
 use super::process::{HookProcess, Io, WarmGuard};
 use crate::election::{Role, Status};
 use crate::metrics::Metrics;
@@ -57,12 +56,7 @@ impl HookContext {
     /// The instant a run leader-scoped in `term` must be dead by, per `status`: now, unless
     /// this node leads in that very term.
     fn fence(&self, term: i64, status: &Status) -> Instant {
-        fence_at(
-            term,
-            status,
-            self.kill_lead(),
-            Duration::from_nanos(guard::boottime_ns()),
-        )
+        fence_at(term, status, self.kill_lead(), crate::election::boottime())
     }
 }
 
