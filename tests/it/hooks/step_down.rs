@@ -140,3 +140,34 @@ stop_timeout = "4s"
         "the stopping node began a new term"
     );
 }
+
+/// A stop that comes while a resign's on_demoted runs lets that on_demoted finish: it is
+/// the step-down's own last act, bounded by its timeout, not leader work to stop.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_during_a_resign_lets_its_on_demoted_finish() {
+    let db = TestDb::new(Backend::Sqlite);
+    let settings = hooks_config(
+        &db,
+        r#"
+on_demoted = ["sh", "-c", "RECORD demoting; sleep 1; RECORD demoted"]
+shutdown_timeout = "5s"
+[hooks.leader_command]
+command = ["sh", "-c", "sleep 0.3"]
+step_down_on_exit = true
+"#,
+    );
+    let mut node = start(&db, &settings, "a", &db.url);
+    let mut sampler = Sampler::new();
+    sampler
+        .until(&[&node], SETTLE, "the resign's on_demoted starts", |_| {
+            records(&db.dir).iter().any(|r| r.event == "demoting")
+        })
+        .await;
+    node.signal(Signal::SIGTERM);
+    assert!(node.wait_exit(SETTLE).await.is_some());
+    let records = records(&db.dir);
+    assert!(
+        records.iter().any(|r| r.event == "demoted"),
+        "the stop cut the resign's on_demoted short: {records:?}"
+    );
+}
