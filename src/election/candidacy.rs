@@ -55,8 +55,6 @@ pub(super) struct Candidacy {
     /// CLOCK_BOOTTIME, or a stand-in in tests.
     pub(super) boot: BootClock,
     pub(super) hold: Hold,
-    /// Where the lease this node last led under ends locally.
-    pub(super) lease_end: Option<Instants>,
     pub(super) status: watch::Sender<Status>,
     /// Consecutive failed rounds (0 when the database answers).
     pub(super) failures: u32,
@@ -118,12 +116,13 @@ impl Candidacy {
         }
     }
 
-    /// The term this node may hold in the database, and where its lease ends locally.
+    /// The term this node may hold in the database, and where its lease ends locally: a
+    /// lapsed hold's has passed already.
     pub(super) fn held(&self) -> Option<(i64, Instants)> {
         let term = self.hold.term()?;
         let end = match self.hold {
             Hold::Leading { deadline, .. } => deadline,
-            _ => self.lease_end.unwrap_or_else(|| Instants::now(&self.boot)),
+            _ => Instants::now(&self.boot),
         };
         Some((term, end))
     }
@@ -291,9 +290,6 @@ impl Candidacy {
                     _ if deadline.passed(Instants::now(&self.boot)) => Hold::Lapsed { term },
                     _ => Hold::Leading { term, deadline },
                 };
-                if let Hold::Leading { deadline, .. } = self.hold {
-                    self.lease_end = Some(deadline);
-                }
                 match self.hold {
                     Hold::Leading { .. } => {
                         self.publish(Role::Leader, Some(settings.node_id.clone()), Some(term));

@@ -111,7 +111,6 @@ impl<S: LeaseStore> Election<S> {
             settings: Arc::clone(&settings),
             boot: Arc::new(boottime_by_tokio),
             hold: Hold::None,
-            lease_end: None,
             status,
             failures: 0,
             connected: false,
