@@ -6,7 +6,8 @@ FROM rust:1-bookworm AS build
 WORKDIR /src
 # The whole context (see .dockerignore): Cargo checks every target the manifest names.
 COPY . .
-RUN cargo build --release --locked --bin leaderd && strip target/release/leaderd
+# `kubernetes`: the pod role label (`[kubernetes] role_label`).
+RUN cargo build --release --locked --features kubernetes --bin leaderd && strip target/release/leaderd
 
 FROM debian:bookworm-slim
 RUN useradd --system --uid 10001 --home-dir /var/lib/leaderd --create-home leaderd

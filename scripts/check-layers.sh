@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 core=(src/store src/election src/lock src/lock.rs)
-daemon_side='config|daemon|cli|hooks|http|metrics|systemd|status_file|logging|signals'
+daemon_side='config|daemon|cli|hooks|http|kubernetes|metrics|systemd|status_file|logging|signals|members|operator'
 # `crate::config`, `crate::{config, …}`, and `leaderd::config` in doc examples.
 pattern="(crate|leaderd)::(\{[^}]*\b)?($daemon_side)\b"
 

@@ -37,11 +37,28 @@ if ! command -v strace >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null
 fi
 
+# The TLS tests make their certificates with the openssl CLI and start PostgreSQL and
+# MariaDB instances of their own (initdb/pg_ctl, mariadb-install-db/mariadbd: already
+# there with the servers).
+if ! command -v openssl >/dev/null; then
+  echo "installing openssl"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+fi
+
 # The systemd unit is checked with systemd-analyze.
 if ! command -v systemd-analyze >/dev/null; then
   echo "installing systemd (for systemd-analyze)"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null
+fi
+
+# The unit runs under a real systemd booted in a container (systemd-nspawn), for machines
+# without systemd as PID 1.
+if ! command -v systemd-nspawn >/dev/null; then
+  echo "installing systemd-container (for systemd-nspawn)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd-container >/dev/null
 fi
 
 # The Prometheus alert rules are checked, and unit-tested, with promtool (Debian's
@@ -56,6 +73,24 @@ if ! command -v promtool >/dev/null; then
   fi
 fi
 
+# The pooler tests start a PgBouncer of their own in transaction mode (the package's own
+# service, where one starts, is stopped again).
+if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then
+  echo "installing pgbouncer"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null
+  if [ -d /run/systemd/system ]; then
+    systemctl disable --now pgbouncer.service >/dev/null 2>&1 || true
+  fi
+fi
+
+# The Debian package is built with cargo-deb (scripts/package.sh; `cargo install` takes
+# about 1.5 min here, once: it stays in ~/.cargo/bin).
+if ! command -v cargo-deb >/dev/null; then
+  echo "installing cargo-deb"
+  cargo install cargo-deb --locked
+fi
+
 # The Kubernetes manifests are checked offline against the schemas bundled with
 # kubernetes-validate (from PyPI), kept in a virtualenv under target/.
 if [ ! -x target/tools/venv/bin/kubernetes-validate ]; then
@@ -63,5 +98,9 @@ if [ ! -x target/tools/venv/bin/kubernetes-validate ]; then
   python3 -m venv target/tools/venv
   target/tools/venv/bin/pip install -q kubernetes-validate
 fi
+
+# The rolling-upgrade test runs the previous release beside this one: built from git once,
+# into a cache outside the clone (the test would build it too, holding the same lock).
+scripts/build-old-release.sh >/dev/null
 
 exec cargo test "$@"

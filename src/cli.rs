@@ -2,7 +2,7 @@
 //! status is decided here, at the edge.
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,9 +15,14 @@ use crate::election::settings::id_with_suffix;
 use crate::hooks::{self, HookContext};
 use crate::lock::{LockError, LockOptions};
 use crate::logging::{self, LogFormat};
+use crate::operator::{self, MemberReport};
 use crate::signals;
 use crate::status_file::StatusDocument;
 use crate::store::{LeaseStore, StoreError};
+
+mod cron_lock;
+use cron_lock::LockCronFlags;
+mod wait;
 
 /// Configuration errors (sysexits.h EX_CONFIG).
 pub const EXIT_CONFIG: u8 = 78;
@@ -73,18 +78,58 @@ enum Command {
     },
     /// Apply the database migrations and exit.
     Migrate,
+    /// Ask the current leader to step down (from any host that reaches the database).
+    ///
+    /// The leader stops its leader work, runs on_demoted, writes its status file and
+    /// releases; it claims nothing for one ttl, so another node takes over. Prints the new
+    /// leader and exits 0; exits 4 if there was no leader, 5 if nobody else took over
+    /// within --wait, 6 if the election is paused, 69 if the database cannot be used.
+    Resign {
+        /// How long to wait for another node to take over.
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        wait: std::time::Duration,
+    },
+    /// Hand leadership over to NODE: the leader steps down as for `resign`, and only NODE
+    /// may claim for two lease lengths (then anyone may, should NODE have died).
+    ///
+    /// Prints NODE and exits 0 once it leads; exits 2 if NODE is unknown, gone, not a
+    /// candidate or already the leader, 4 if there was no leader, 5 if NODE did not take
+    /// over within --wait, 6 if the election is paused, 69 if the database cannot be used.
+    Handover {
+        /// The node to hand over to (a member: see `leaderd status`).
+        #[arg(long, value_name = "NODE")]
+        to: String,
+        /// How long to wait for NODE to take over.
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        wait: std::time::Duration,
+    },
+    /// Freeze the election for maintenance: the leader keeps leading, and no node takes a
+    /// free or lapsed lease until the pause ends (after --for, or `leaderd resume`).
+    Pause {
+        /// How long the pause lasts at most.
+        #[arg(long = "for", default_value = "1h", value_parser = humantime::parse_duration)]
+        duration: std::time::Duration,
+    },
+    /// End a pause.
+    Resume,
+    /// Print a JSON line (election, leader, term, paused, at) whenever the leader, the
+    /// term or the pause changes, until interrupted.
+    Watch {
+        /// Print the current state once and exit.
+        #[arg(long)]
+        once: bool,
+    },
     /// Run COMMAND while holding the lock NAME, and exit with COMMAND's status.
     ///
-    /// Exits 75 if another holder has the lock (after --wait, if given), 76 if the lock
-    /// was lost while COMMAND ran (COMMAND was stopped before the lease could lapse), 69
-    /// if the database cannot be used.
+    /// Exits 75 (or -E N) if another holder has the lock (after --wait, if given), 76 if
+    /// the lock was lost while COMMAND ran (COMMAND was stopped before the lease could
+    /// lapse), 69 if the database cannot be used. The flags follow flock(1).
     Lock {
         /// The lease length; it is renewed every third of it.
         #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
         ttl: std::time::Duration,
-        /// Wait up to this long for the lock instead of failing at once.
-        #[arg(long, value_parser = humantime::parse_duration)]
-        wait: Option<std::time::Duration>,
+        #[command(flatten)]
+        cron: LockCronFlags,
         /// Log at the configured level (default: warnings and errors only).
         #[arg(long, short)]
         verbose: bool,
@@ -94,8 +139,23 @@ enum Command {
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
+    /// Block until a condition holds, for scripts; exit 0 then, or 75 at --timeout.
+    ///
+    /// leader / follower: this node leads / runs and does not lead, as its status file
+    /// says (read every 100 ms). elected / no-leader: anyone / no one holds a live lease,
+    /// as the database says (read each interval; works from any host).
+    Wait {
+        #[command(flatten)]
+        args: wait::WaitArgs,
+    },
     /// Validate the configuration and print it, secrets redacted.
     CheckConfig,
+    /// Print the completions for SHELL (bash, zsh, fish, elvish, powershell) on stdout.
+    #[command(hide = true)]
+    Completions { shell: clap_complete::Shell },
+    /// Print the man page (roff) on stdout: `leaderd man | man -l -`.
+    #[command(hide = true)]
+    Man,
     /// Internal: runs one hook and kills all it started if leaderd dies.
     #[command(name = "hook-guard", hide = true)]
     HookGuard {
@@ -118,6 +178,17 @@ enum Command {
         #[arg(last = true, required_unless_present = "await_command")]
         argv: Vec<String>,
     },
+}
+
+/// The command line without its hidden subcommands, for the completions: clap_complete
+/// offers hidden subcommands too (clap-rs/clap#1335), and clap has no way to remove one.
+fn visible_command() -> clap::Command {
+    let full = Cli::command();
+    clap::Command::new("leaderd")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about(full.get_about().cloned().unwrap_or_default())
+        .args(full.get_arguments().cloned())
+        .subcommands(full.get_subcommands().filter(|c| !c.is_hide_set()).cloned())
 }
 
 /// Parses the command line, runs the command and maps its outcome to an exit status.
@@ -143,6 +214,33 @@ pub fn main() -> ExitCode {
             },
         };
         return hooks::guard::run(*daemon_pid, start, cgroup_parent.clone());
+    }
+    // The Debian package's completions and man page (scripts/package.sh): no configuration.
+    let generated = match &cli.command {
+        Command::Completions { shell } => {
+            let mut text = Vec::new();
+            clap_complete::generate(*shell, &mut visible_command(), "leaderd", &mut text);
+            Some(Ok(text))
+        }
+        Command::Man => {
+            let mut text = Vec::new();
+            Some(
+                clap_mangen::Man::new(Cli::command())
+                    .render(&mut text)
+                    .map(|()| text),
+            )
+        }
+        _ => None,
+    };
+    if let Some(text) = generated {
+        use std::io::Write;
+        return match text.and_then(|text| std::io::stdout().write_all(&text)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("leaderd: cannot write to stdout: {error}");
+                ExitCode::FAILURE
+            }
+        };
     }
     let id = match &cli.command {
         Command::Run { id } => id.as_deref(),
@@ -192,14 +290,28 @@ pub fn main() -> ExitCode {
             Command::Status { json, local: true } => Ok(local_status(&config, json)),
             Command::Status { json, .. } => done(status(config, json).await),
             Command::Migrate => done(migrate(config).await),
+            Command::Resign { wait } => Ok(operator::step_down(&config, None, wait).await?),
+            Command::Handover { to, wait } => {
+                Ok(operator::step_down(&config, Some(&to), wait).await?)
+            }
+            Command::Pause { duration } => Ok(operator::pause(&config, duration).await?),
+            Command::Resume => Ok(operator::resume(&config).await?),
+            Command::Watch { once } => {
+                let stop = signals::shutdown_signal().context("cannot install signal handlers")?;
+                Ok(operator::watch(&config, once, stop).await?)
+            }
             Command::Lock {
                 ttl,
-                wait,
+                cron,
                 name,
                 command,
                 ..
-            } => lock(config, &name, ttl, wait, command).await,
-            Command::CheckConfig | Command::HookGuard { .. } => unreachable!("handled above"),
+            } => lock(config, &name, ttl, cron, command).await,
+            Command::Wait { args } => wait::wait(config, args).await,
+            Command::CheckConfig
+            | Command::HookGuard { .. }
+            | Command::Completions { .. }
+            | Command::Man => unreachable!("handled above"),
         }
     });
     // Database work still finishing in the background must not hold up the exit.
@@ -233,6 +345,13 @@ struct ElectionReport<'a> {
     lease_ms: Option<u64>,
     age_ms: Option<u64>,
     remaining_ms: Option<u64>,
+    /// `leaderd pause`: how long the pause lasts yet (`null`: not paused).
+    paused: bool,
+    paused_ms: Option<u64>,
+    /// A handover in its window: only this node may claim.
+    handover_to: Option<&'a str>,
+    /// Every member of the election (`null` if the table cannot be read).
+    members: Option<Vec<MemberReport>>,
 }
 
 async fn status(config: Config, json: bool) -> anyhow::Result<()> {
@@ -253,7 +372,20 @@ async fn status(config: Config, json: bool) -> anyhow::Result<()> {
         lease_ms: row.as_ref().map(|r| ms(r.lease)),
         age_ms: row.as_ref().map(|r| ms(r.age)),
         remaining_ms: row.as_ref().map(|r| ms(r.remaining())),
+        paused: row.as_ref().is_some_and(|r| r.paused()),
+        paused_ms: row.as_ref().and_then(|r| r.pending.paused_for).map(ms),
+        handover_to: row.as_ref().and_then(|r| r.pending.handover_to.as_deref()),
+        members: None,
     };
+    let leader = report.leader;
+    let members = match store.members(&config.election).await {
+        Ok(members) => Some(operator::member_reports(&members, leader)),
+        Err(error) => {
+            tracing::warn!(%error, "cannot read the members");
+            None
+        }
+    };
+    let report = ElectionReport { members, ..report };
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
@@ -275,6 +407,29 @@ async fn status(config: Config, json: bool) -> anyhow::Result<()> {
                     _ => String::new(),
                 }
             );
+            if let Some(left) = row.pending.paused_for {
+                println!(
+                    "paused:    for {} more (leaderd resume ends it)",
+                    humantime::format_duration(std::time::Duration::from_secs(left.as_secs()))
+                );
+            }
+            if let Some(to) = &row.pending.handover_to {
+                println!("handover:  to {to}");
+            }
+        }
+    }
+    if let Some(members) = &report.members {
+        println!("members:");
+        for m in members {
+            println!(
+                "  {:<20} {:<9} priority {:<4} {} on {}, seen {:.1}s ago",
+                m.node_id,
+                m.role,
+                m.priority,
+                m.version,
+                if m.host.is_empty() { "?" } else { &m.host },
+                m.seen_ms as f64 / 1000.0
+            );
         }
     }
     Ok(())
@@ -293,7 +448,7 @@ async fn lock(
     config: Config,
     name: &str,
     ttl: std::time::Duration,
-    wait: Option<std::time::Duration>,
+    cron: LockCronFlags,
     argv: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
     // Before the lock is taken: a "cgroup" that cannot be had fails without holding it.
@@ -319,11 +474,7 @@ async fn lock(
         }
     };
     let acquired = options
-        .acquire_unless(
-            store(&config, config.migrate),
-            wait.unwrap_or_default(),
-            interrupt,
-        )
+        .acquire_unless(store(&config, config.migrate), cron.wait(), interrupt)
         .await;
     let guard = match acquired {
         Ok(guard) => guard,
@@ -333,8 +484,10 @@ async fn lock(
             return Ok(ExitCode::from(128 + signal as u8));
         }
         Err(error @ LockError::Held { .. }) => {
-            eprintln!("leaderd: {error}");
-            return Ok(ExitCode::from(EXIT_LOCK_HELD));
+            if !cron.quiet {
+                eprintln!("leaderd: {error}");
+            }
+            return Ok(ExitCode::from(cron.conflict_exit_code));
         }
         Err(error) => {
             eprintln!("leaderd: {error}");
@@ -368,7 +521,16 @@ async fn lock(
     };
     let term = guard.term();
     let program = argv[0].clone();
-    let ran = hooks::run_leased(argv, env, context, term, guard.status(), signals).await;
+    let acquired_at = tokio::time::Instant::now();
+    let mut signals = cron_lock::Signals::new(signals);
+    let ran = signals
+        .forward_while(|forward| {
+            hooks::run_leased(argv, env, context, term, guard.status(), forward)
+        })
+        .await;
+    if let (Some(hold), Some(_), false) = (cron.hold_at_least, ran.status, ran.fenced) {
+        cron_lock::hold(&guard, name, acquired_at + hold, &mut signals).await;
+    }
     let still_held = guard.is_held();
     if let Err(error) = guard.release().await {
         eprintln!("leaderd: could not release lock {name:?} ({error}); it lapses by itself");
@@ -440,7 +602,11 @@ fn local_status(config: &Config, json: bool) -> ExitCode {
         } else {
             " (stale: valid_until has passed)"
         };
-        println!("{role} (leader {leader}, term {term}){stale}");
+        let observer = if document.candidate { "" } else { ", observer" };
+        let health = document.health.map_or(String::new(), |health| {
+            format!(", health check {health:?}").to_lowercase()
+        });
+        println!("{role} (leader {leader}, term {term}{observer}{health}){stale}");
     }
     match role {
         Role::Leader if fresh => ExitCode::SUCCESS,

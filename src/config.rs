@@ -102,6 +102,16 @@ pub struct Config {
     pub ttl: Duration,
     /// How often a node claims or renews.
     pub interval: Duration,
+    /// `false`: an observer, which follows the election but never claims the lease.
+    pub candidate: bool,
+    /// `[election.health_check]`: while it fails, this node does not claim, and steps
+    /// down if it leads.
+    pub health_check: Option<crate::hooks::health::HealthCheckConfig>,
+    /// A leader hands over to a candidate of higher priority (see `preempt_after`).
+    pub priority: i64,
+    /// How long a candidate of higher priority must have been a member before the leader
+    /// hands over to it; zero turns preemption off.
+    pub preempt_after: Duration,
     pub database_url: DatabaseUrl,
     /// Bound on establishing a connection, session set-up included.
     pub connect_timeout: Duration,
@@ -117,6 +127,8 @@ pub struct Config {
     /// Where to serve /leader, /status and /metrics (off unless set).
     pub http_listen: Option<std::net::SocketAddr>,
     pub hooks: HooksConfig,
+    /// `[kubernetes]`: the role label on this node's pod.
+    pub kubernetes: crate::kubernetes::KubernetesConfig,
     /// Hook variables taken as configuration because the real key was not set (logged
     /// once logging is up).
     pub env_fallbacks: Vec<EnvFallback>,
@@ -174,12 +186,16 @@ impl Config {
             name = (self.election.clone())
             ttl = (d(self.ttl))
             interval = (d(self.interval))
+            candidate = (self.candidate)
+            priority = (self.priority)
+            preempt_after = (d(self.preempt_after))
 
             [database]
             url = (self.database_url.redacted())
             connect_timeout = (d(self.connect_timeout))
             query_timeout = (d(self.query_timeout))
             migrate = (self.migrate)
+            pooler = (self.database_url.pooler().as_str())
 
             [status]
             path = (self.status_path.display().to_string())
@@ -192,12 +208,35 @@ impl Config {
             })
         };
         let mut table = table;
+        if let (Some(check), Some(toml::Value::Table(election))) =
+            (&self.health_check, table.get_mut("election"))
+        {
+            election.insert("health_check".into(), toml::Value::Table(check.to_toml()));
+        }
         if let Some(listen) = self.http_listen {
             let mut http = toml::Table::new();
             http.insert("listen".into(), listen.to_string().into());
             table.insert("http".into(), toml::Value::Table(http));
         }
         table.insert("hooks".into(), toml::Value::Table(self.hooks.to_toml()));
+        let k = &self.kubernetes;
+        if let Some(label) = &k.role_label {
+            let mut kubernetes = toml::Table::new();
+            kubernetes.insert("role_label".into(), label.clone().into());
+            let path = |p: &PathBuf| p.display().to_string();
+            for (key, value) in [
+                ("pod_name", k.pod_name.clone()),
+                ("namespace", k.namespace.clone()),
+                ("api_url", k.api_url.clone()),
+                ("token_file", k.token_file.as_ref().map(path)),
+                ("ca_file", k.ca_file.as_ref().map(path)),
+            ] {
+                if let Some(value) = value {
+                    kubernetes.insert(key.into(), value.into());
+                }
+            }
+            table.insert("kubernetes".into(), toml::Value::Table(kubernetes));
+        }
         toml::to_string(&table).unwrap_or_default()
     }
 }
@@ -247,6 +286,30 @@ mod tests {
         assert_eq!(c.database_url.backend(), crate::store::Backend::Sqlite);
         assert_eq!(c.database_url.sqlite_path(), "leaderd.sqlite3");
         assert!(c.migrate);
+        assert!(c.candidate && c.health_check.is_none());
+    }
+
+    #[test]
+    fn observers_and_health_checks() {
+        let c = load(
+            "[election]\ncandidate = false\n[election.health_check]\ncommand = [\"/bin/check\", \"db\"]\ninterval = \"2s\"\nfailures = 2\n",
+            &[],
+        )
+        .unwrap();
+        assert!(!c.candidate);
+        let check = c.health_check.as_ref().unwrap();
+        assert_eq!(check.argv, ["/bin/check", "db"]);
+        assert_eq!(
+            (check.interval, check.failures),
+            (Duration::from_secs(2), 2)
+        );
+        let toml = c.to_toml_redacted();
+        assert!(toml.contains("candidate = false"), "{toml}");
+        assert!(toml.contains("[election.health_check]"), "{toml}");
+        let c = load("", &[("LEADERD_ELECTION__CANDIDATE", "false")]).unwrap();
+        assert!(!c.candidate);
+        let e = error("[election.health_check]\ncommand = \"check\"\n", &[]);
+        assert!(e.contains("election.health_check.command"), "{e}");
     }
 
     #[test]
@@ -336,6 +399,35 @@ mod tests {
     }
 
     #[test]
+    fn pooler_mode() {
+        let c = load("[database]\nurl = \"postgres://u@h/x\"\n", &[]).unwrap();
+        assert!(!c.database_url.transaction_pooled());
+        assert!(c.to_toml_redacted().contains("pooler = \"none\""));
+        let c = load(
+            "[database]\nurl = \"postgres://u@h/x\"\npooler = \"transaction\"\n",
+            &[],
+        )
+        .unwrap();
+        assert!(c.database_url.transaction_pooled());
+        assert!(c.to_toml_redacted().contains("pooler = \"transaction\""));
+        let c = load("", &[("LEADERD_DATABASE__POOLER", "session")]).unwrap();
+        assert!(!c.database_url.transaction_pooled());
+        let e = error("[database]\npooler = \"statement\"\n", &[]);
+        assert!(
+            e.starts_with("database.pooler = \"statement\": expected"),
+            "{e}"
+        );
+        let e = error(
+            "[database]\nurl = \"mysql://u:s3cret@h/x\"\npooler = \"transaction\"\n",
+            &[],
+        );
+        assert!(
+            e.contains("only PostgreSQL") && !e.contains("s3cret"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn log_format_from_file_and_environment() {
         assert_eq!(load("", &[]).unwrap().log_format, LogFormat::Text);
         let c = load("[log]\nformat = \"json\"\n", &[]).unwrap();
@@ -394,6 +486,15 @@ mod tests {
         assert_eq!(c.database_url.expose(), "mysql://app:credpw@db/app");
         let c = load("[database]\nurl = \"postgres://u@h/x\"\n", &creds).unwrap();
         assert_eq!(c.database_url.expose(), "postgres://u:credpw@h/x");
+        // The unit's SetCredential= fallback (a lone newline) is no credential at all.
+        let empty = secrets(&[("database-url", "\n"), ("database-password", "\n")]);
+        let empty = [("CREDENTIALS_DIRECTORY", empty.display().to_string())];
+        let empty: Vec<(&str, &str)> = empty.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let c = load("[database]\nurl = \"postgres://u@h/x\"\n", &empty).unwrap();
+        assert_eq!(c.database_url.expose(), "postgres://u@h/x");
+        let c = load("", &empty).unwrap();
+        assert_eq!(c.database_url.expose(), "sqlite://leaderd.sqlite3");
+        std::fs::remove_dir_all(empty[0].1).unwrap();
         // Errors name the key and the file, never the secret.
         let e = error(&format!("[database]\nurl_file = \"{d}/bad\"\n"), &[]);
         assert!(e.starts_with("database.url_file = "), "{e}");
@@ -418,6 +519,47 @@ mod tests {
             "{e}"
         );
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn kubernetes_keys_and_downward_api_defaults() {
+        let c = load("", &[("POD_NAME", "web-1")]).unwrap();
+        assert_eq!(c.kubernetes.role_label, None);
+        let c = load(
+            "[kubernetes]\nrole_label = \"leaderd.io/role\"\n",
+            &[("POD_NAME", "web-1"), ("POD_NAMESPACE", "jobs")],
+        )
+        .unwrap();
+        let k = &c.kubernetes;
+        assert_eq!(k.role_label.as_deref(), Some("leaderd.io/role"));
+        assert_eq!(k.pod_name.as_deref(), Some("web-1"));
+        assert_eq!(k.namespace.as_deref(), Some("jobs"));
+        assert!(
+            c.to_toml_redacted()
+                .contains("role_label = \"leaderd.io/role\"")
+        );
+        // The keys win over the downward API variables.
+        let c = load(
+            "[kubernetes]\nrole_label = \"role\"\npod_name = \"p\"\nnamespace = \"n\"\n",
+            &[("POD_NAME", "web-1"), ("POD_NAMESPACE", "jobs")],
+        )
+        .unwrap();
+        assert_eq!(c.kubernetes.pod_name.as_deref(), Some("p"));
+        assert_eq!(c.kubernetes.namespace.as_deref(), Some("n"));
+        let e = error("", &[("LEADERD_KUBERNETES__ROLE_LABEL", "Leaderd.io/role")]);
+        assert!(
+            e.starts_with(
+                "kubernetes.role_label = \"Leaderd.io/role\": not a Kubernetes label key"
+            ),
+            "{e}"
+        );
+        let e = error("[kubernetes]\napi_url = \"10.0.0.1:443\"\n", &[]);
+        assert!(
+            e.starts_with("kubernetes.api_url = \"10.0.0.1:443\""),
+            "{e}"
+        );
+        let e = error("[kubernetes]\nrole = \"x\"\n", &[]);
+        assert!(e.contains("`kubernetes.role`"), "{e}");
     }
 
     fn load_env(env: &[(&str, &str)]) -> Config {

@@ -9,11 +9,13 @@ use tracing::{error, info, warn};
 
 use crate::config::{Config, ConfigError};
 use crate::election::{Election, ElectionSettings, Status};
+use crate::hooks::health::{self, Health, HealthWiring};
 use crate::hooks::{self, HookContext, Hooks};
 use crate::logging::LogLevel;
 use crate::metrics::Metrics;
+use crate::status_file::Standing;
 use crate::store::{SqlStore, Timeouts};
-use crate::{http, signals, status_file, systemd};
+use crate::{http, kubernetes, members, signals, status_file, systemd};
 
 /// Where the configuration came from, to read it again on SIGHUP.
 pub struct ConfigSource {
@@ -56,24 +58,49 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     // A node told to stop never claims again, whatever its link does while its hooks
     // step down.
     let claims = election.claim_gate();
+    // An observer follows the election and never claims: its rounds are reads.
+    if !config.candidate {
+        claims.close();
+    }
+    let health_gate = config
+        .health_check
+        .as_ref()
+        .filter(|_| config.candidate)
+        .map(|_| election.extra_claim_gate());
+    if config.health_check.is_some() && !config.candidate {
+        warn!("election.health_check is not run on an observer (election.candidate = false)");
+    }
+    let (standing_sender, standing) = watch::channel(Standing {
+        candidate: config.candidate,
+        health: health_gate.as_ref().map(|_| Health::Starting),
+    });
     let metrics = Metrics::new(&config.election);
     let (rounds_completed, rounds) = watch::channel(0u64);
+    // When the last round completed, for /healthz.
+    let (round_times, last_round) = watch::channel(None);
     let observer_metrics = metrics.clone();
     election.observe(Arc::new(move |report| {
         observer_metrics.observe_round(report);
         rounds_completed.send_replace(report.completed);
+        round_times.send_replace(Some(std::time::Instant::now()));
     }));
     let http = match config.http_listen {
         Some(addr) => {
+            let health = http::Health {
+                last_round,
+                stale_after: http::stale_after(&config),
+            };
             let (bound, task) = http::serve(
                 addr,
                 config.election.clone(),
                 config.node_id.clone(),
                 statuses.clone(),
+                standing.clone(),
                 metrics.clone(),
+                health,
             )
             .await?;
-            info!(%bound, "serving /leader, /status and /metrics");
+            info!(%bound, "serving /healthz, /leader, /status and /metrics");
             Some(task)
         }
         None => None,
@@ -91,20 +118,45 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     let resign = election.resign_handle();
     let mut hooks = Hooks::spawn(
         config.hooks.clone(),
-        context,
+        context.clone(),
         events,
         statuses.clone(),
         resign,
     );
+    let health = match (&config.health_check, health_gate) {
+        (Some(check), Some(gate)) => Some(health::spawn(
+            check.clone(),
+            context,
+            HealthWiring {
+                gate,
+                resign: hooks.resigner(),
+                status: statuses.clone(),
+                standing: standing_sender,
+            },
+        )),
+        _ => None,
+    };
     let (writer, durable) = status_file::spawn_writer(
         config.status_path.clone(),
         config.election.clone(),
         config.node_id.clone(),
         statuses.clone(),
+        standing.clone(),
     );
     election.release_after(durable);
     let follower = metrics.follow_status(statuses.clone());
+    let standing_follower = metrics.follow_standing(standing.clone());
+    // On a connection of its own, so it never delays a renewal.
+    let member = members::spawn(
+        &config,
+        store(&config, false),
+        statuses.clone(),
+        standing.clone(),
+    );
     let notifier = systemd::spawn_notifier(statuses.clone(), rounds);
+    // The pod's role label: `follower` now, and again as soon as a stop begins.
+    let (stopping, stopping_seen) = watch::channel(false);
+    let labeling = kubernetes::start(&config.kubernetes, statuses.clone(), stopping_seen)?;
     // On SIGTERM the hooks stop first, while the election still holds and renews the
     // lease; only then does the election step down and release.
     let mut running = config;
@@ -114,13 +166,17 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
             tokio::select! {
                 _ = &mut shutdown => {
                     claims.close();
+                    stopping.send_replace(true);
                     break;
                 }
                 Some(()) = reload_requests.recv() => {
                     systemd::reloading();
                     let loaded = tokio::select! {
                         loaded = load_again(&source) => loaded,
-                        _ = &mut shutdown => break,
+                        _ = &mut shutdown => {
+                            stopping.send_replace(true);
+                            break;
+                        }
                     };
                     reload(loaded, &mut running, &mut hooks, &log, &statuses);
                 }
@@ -131,9 +187,16 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     };
     election.run(stop).await;
     hooks.join().await;
+    stopping.send_replace(true);
+    labeling.finish().await;
     writer.await.context("status file writer failed")?;
     notifier.abort();
     follower.abort();
+    standing_follower.abort();
+    if let Some(health) = health {
+        health.abort();
+    }
+    member.abort();
     if let Some(http) = http {
         http.abort();
     }
@@ -175,6 +238,11 @@ fn reload(
                 ("election.name", old.election != new.election),
                 ("election.ttl", old.ttl != new.ttl),
                 ("election.interval", old.interval != new.interval),
+                ("election.priority", old.priority != new.priority),
+                (
+                    "election.preempt_after",
+                    old.preempt_after != new.preempt_after,
+                ),
                 ("database.url", old.database_url != new.database_url),
                 (
                     "database.connect_timeout",
@@ -187,7 +255,13 @@ fn reload(
                 ("database.migrate", old.migrate != new.migrate),
                 ("status.path", old.status_path != new.status_path),
                 ("http.listen", old.http_listen != new.http_listen),
+                ("election.candidate", old.candidate != new.candidate),
+                (
+                    "election.health_check",
+                    old.health_check != new.health_check,
+                ),
                 ("log.format", old.log_format != new.log_format),
+                ("kubernetes", old.kubernetes != new.kubernetes),
                 (
                     "hooks.containment",
                     old.hooks.containment != new.hooks.containment,

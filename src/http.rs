@@ -1,7 +1,8 @@
-//! The optional HTTP endpoint (`http.listen`): `GET /leader` answers 200 on the leader and
-//! 503 elsewhere (for load balancers and readiness probes, as with Patroni), `GET /status`
+//! The optional HTTP endpoint (`http.listen`): `GET /healthz` answers 200 while election
+//! rounds keep completing (on every node: readiness and liveness probes), `GET /leader`
+//! 200 on the leader and 503 elsewhere (for load balancers, as with Patroni), `GET /status`
 //! the status document, `GET /metrics` the Prometheus metrics. It only reads the
-//! election's status channel and the metrics, so a slow client cannot touch a renewal.
+//! election's channels and the metrics, so a slow client cannot touch a renewal.
 
 use axum::Router;
 use axum::extract::State;
@@ -10,13 +11,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::config::Config;
 use crate::election::{Role, Status};
 use crate::metrics::Metrics;
-use crate::status_file::StatusDocument;
+use crate::status_file::{Standing, StatusDocument};
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot listen on http.listen = {addr}: {source}")]
@@ -30,7 +32,21 @@ struct Shared {
     election: String,
     node_id: String,
     status: watch::Receiver<Status>,
+    standing: watch::Receiver<Standing>,
     metrics: Metrics,
+    health: Health,
+}
+
+/// What `/healthz` judges: when the last election round completed (failed rounds too:
+/// the loop is turning), and how old that may be.
+pub struct Health {
+    pub last_round: watch::Receiver<Option<Instant>>,
+    pub stale_after: Duration,
+}
+
+/// Three intervals, plus the longest a round may take (connecting, then one statement).
+pub fn stale_after(config: &Config) -> Duration {
+    config.interval * 3 + config.connect_timeout + config.query_timeout
 }
 
 /// Binds `addr` now (so a taken port fails the start) and serves in the background.
@@ -39,7 +55,9 @@ pub async fn serve(
     election: String,
     node_id: String,
     status: watch::Receiver<Status>,
+    standing: watch::Receiver<Standing>,
     metrics: Metrics,
+    health: Health,
 ) -> Result<(SocketAddr, JoinHandle<()>), HttpError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -51,9 +69,12 @@ pub async fn serve(
         election,
         node_id,
         status,
+        standing,
         metrics,
+        health,
     });
     let app = Router::new()
+        .route("/healthz", get(healthz))
         .route("/leader", get(leader))
         .route("/status", get(status_document))
         .route("/metrics", get(metrics_text))
@@ -71,6 +92,25 @@ fn leads(status: &Status) -> bool {
     status.role == Role::Leader && status.valid_until > SystemTime::now()
 }
 
+async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
+    let last = *shared.health.last_round.borrow();
+    match last.map(|at| at.elapsed()) {
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "starting: no election round completed yet\n",
+        )
+            .into_response(),
+        Some(age) if age > shared.health.stale_after => {
+            let text = format!(
+                "unhealthy: the last election round completed {} ago\n",
+                humantime::format_duration(Duration::from_millis(age.as_millis() as u64))
+            );
+            (StatusCode::SERVICE_UNAVAILABLE, text).into_response()
+        }
+        Some(_) => (StatusCode::OK, "ok\n").into_response(),
+    }
+}
+
 async fn leader(State(shared): State<Arc<Shared>>) -> Response {
     let status = shared.status.borrow().clone();
     if leads(&status) {
@@ -83,7 +123,8 @@ async fn leader(State(shared): State<Arc<Shared>>) -> Response {
 
 async fn status_document(State(shared): State<Arc<Shared>>) -> Response {
     let status = shared.status.borrow().clone();
-    let document = StatusDocument::new(&shared.election, &shared.node_id, &status);
+    let standing = *shared.standing.borrow();
+    let document = StatusDocument::new(&shared.election, &shared.node_id, &status, standing);
     match serde_json::to_string_pretty(&document) {
         Ok(json) => ([(header::CONTENT_TYPE, "application/json")], json + "\n").into_response(),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
@@ -99,4 +140,42 @@ async fn metrics_text(State(shared): State<Arc<Shared>>) -> Response {
         shared.metrics.encode(),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn healthz_after(last_round: Option<Duration>) -> StatusCode {
+        let at = last_round.map(|age| Instant::now() - age);
+        let (_keep, last_round) = watch::channel(at);
+        let (_status, status) = watch::channel(Status::initial());
+        let (_standing, standing) = watch::channel(Standing::default());
+        let shared = Arc::new(Shared {
+            election: "e".into(),
+            node_id: "n".into(),
+            status,
+            standing,
+            metrics: Metrics::new("e"),
+            health: Health {
+                last_round,
+                stale_after: Duration::from_secs(5),
+            },
+        });
+        healthz(State(shared)).await.status()
+    }
+
+    /// Ready once a round completed, and again unready when rounds stop completing.
+    #[tokio::test]
+    async fn healthz_follows_completed_rounds() {
+        assert_eq!(healthz_after(None).await, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            healthz_after(Some(Duration::from_secs(1))).await,
+            StatusCode::OK
+        );
+        assert_eq!(
+            healthz_after(Some(Duration::from_secs(6))).await,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
 }

@@ -22,9 +22,12 @@
 //!
 //! - `cli`: the subcommands, and the exit status of each outcome.
 //! - `config`: the TOML file and `LEADERD_*` overrides, validated into a `Config`.
-//! - `daemon`: `leaderd run`, the election wired to its consumers.
+//! - `daemon`: `leaderd run`, the election wired to its consumers; `members`: the node's
+//!   record in the members table, and preemption by priority.
+//! - `operator`: `leaderd resign`, `handover`, `pause`, `resume` and `watch`.
 //! - `hooks`: commands run on role changes, and the leader command fenced to the lease.
-//! - `status_file`, `http`, `metrics`, `systemd`: consumers of the published status.
+//! - `status_file`, `http`, `metrics`, `systemd`, `kubernetes`: consumers of the published
+//!   status (`kubernetes` labels this node's pod with its role).
 //! - `logging`, `signals`: log output, and signals turned into shutdown and reload.
 
 pub mod election;
@@ -36,20 +39,23 @@ pub(crate) mod config;
 pub(crate) mod daemon;
 pub(crate) mod hooks;
 pub(crate) mod http;
+pub(crate) mod kubernetes;
 pub(crate) mod logging;
+pub(crate) mod members;
 pub(crate) mod metrics;
+pub(crate) mod operator;
 pub(crate) mod signals;
 pub(crate) mod status_file;
 pub(crate) mod systemd;
 
 pub use election::{
-    ClaimGate, Election, ElectionSettings, RenewHandle, ResignHandle, Role, RoleEvent,
-    RoundObserver, RoundReport, Setting, SettingsError, Status,
+    CandidacyGate, ClaimGate, Election, ElectionSettings, RenewHandle, ResignHandle, Role,
+    RoleEvent, RoundObserver, RoundReport, Setting, SettingsError, Status,
 };
 pub use lock::{LockError, LockGuard, LockOptions};
 pub use store::{
-    Backend, DatabaseUrl, LeaseRow, LeaseStore, ProcessToken, SqlStore, StoreError, Timeouts,
-    UrlError,
+    Backend, Commands, DatabaseUrl, LeaseRow, LeaseStore, Member, MemberRecord, Pending, Pooler,
+    ProcessToken, SqlStore, StoreError, Timeouts, UrlError,
 };
 
 /// The `leaderd` binary's entry point: parses the command line, runs the command and

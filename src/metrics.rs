@@ -20,6 +20,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::election::{Role, RoundReport, Status};
+use crate::hooks::health::Health;
+use crate::status_file::Standing;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TransitionLabels {
@@ -55,6 +57,7 @@ fn hook_histogram() -> Histogram {
 struct Inner {
     registry: Registry,
     is_leader: Gauge,
+    paused: Gauge,
     term: Gauge,
     transitions: Family<TransitionLabels, Counter>,
     rounds: Counter,
@@ -66,6 +69,8 @@ struct Inner {
     db_errors: Family<ErrorLabels, Counter>,
     hook_runs: Family<HookLabels, Counter>,
     hook_duration: HistogramFamily<HookLabels>,
+    candidate: Gauge,
+    health_check_failing: Gauge,
 }
 
 /// The node's metrics; cheap to clone.
@@ -92,6 +97,7 @@ impl Metrics {
             .sub_registry_with_label((Cow::Borrowed("election"), Cow::Owned(election.to_owned())));
         let inner = Inner {
             is_leader: Gauge::default(),
+            paused: Gauge::default(),
             term: Gauge::default(),
             transitions: Family::default(),
             rounds: Counter::default(),
@@ -103,12 +109,19 @@ impl Metrics {
             db_errors: Family::default(),
             hook_runs: Family::default(),
             hook_duration: Family::new_with_constructor(hook_histogram),
+            candidate: Gauge::default(),
+            health_check_failing: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
             "is_leader",
             "1 while this node acts as leader, else 0",
             inner.is_leader.clone(),
+        );
+        registry.register(
+            "paused",
+            "1 while the election is paused (leaderd pause): no node takes a free or lapsed lease",
+            inner.paused.clone(),
         );
         registry.register(
             "term",
@@ -170,6 +183,18 @@ impl Metrics {
             Unit::Seconds,
             inner.hook_duration.clone(),
         );
+        registry.register(
+            "candidate",
+            "1 on a candidate, 0 on an observer (election.candidate = false), which never claims",
+            inner.candidate.clone(),
+        );
+        registry.register(
+            "health_check_failing",
+            "1 while the health check fails (election.health_check.failures in a row and no \
+             success since): the node does not claim, and a leader steps down",
+            inner.health_check_failing.clone(),
+        );
+        inner.candidate.set(1);
         Metrics(Arc::new(Inner {
             registry: root,
             ..inner
@@ -204,12 +229,13 @@ impl Metrics {
         tokio::spawn(async move {
             let mut was_leader = false;
             loop {
-                let (leader, term) = {
+                let (leader, term, paused) = {
                     let current = status.borrow_and_update();
-                    (current.role == Role::Leader, current.term)
+                    (current.role == Role::Leader, current.term, current.paused)
                 };
                 let m = &metrics.0;
                 m.is_leader.set(leader as i64);
+                m.paused.set(paused as i64);
                 if let Some(term) = term {
                     m.term.set(term);
                 }
@@ -221,6 +247,22 @@ impl Metrics {
                     was_leader = leader;
                 }
                 if status.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+    }
+
+    /// Follows the node's standing: candidate or observer, health check failing or not.
+    pub fn follow_standing(&self, mut standing: watch::Receiver<Standing>) -> JoinHandle<()> {
+        let metrics = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let current = *standing.borrow_and_update();
+                metrics.0.candidate.set(current.candidate as i64);
+                let failing = current.health == Some(Health::Failing);
+                metrics.0.health_check_failing.set(failing as i64);
+                if standing.changed().await.is_err() {
                     return;
                 }
             }
@@ -295,6 +337,8 @@ mod tests {
             "leaderd_hook_runs_total{election=\"billing\",hook=\"on_elected\",outcome=\"success\"} 1",
             "leaderd_hook_duration_seconds_count{election=\"billing\",hook=\"on_elected\",outcome=\"success\"} 1",
             "leaderd_is_leader{election=\"billing\"} 1",
+            "leaderd_candidate{election=\"billing\"} 1",
+            "leaderd_health_check_failing{election=\"billing\"} 0",
             "leaderd_term{election=\"billing\"} 7",
             "leaderd_leadership_transitions_total{election=\"billing\",direction=\"elected\"} 1",
             "# TYPE leaderd_log_lines_dropped counter",

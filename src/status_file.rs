@@ -14,6 +14,29 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 use crate::election::{Role, Status};
+use crate::hooks::health::Health;
+
+/// What this node is in the election besides its role, set by the daemon rather than the
+/// election: a candidate or an observer (`election.candidate = false`), and where its
+/// health check stands, if it has one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Standing {
+    pub candidate: bool,
+    pub health: Option<Health>,
+}
+
+impl Default for Standing {
+    fn default() -> Self {
+        Standing {
+            candidate: true,
+            health: None,
+        }
+    }
+}
+
+fn candidate_by_default() -> bool {
+    true
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StatusFileError {
@@ -38,6 +61,15 @@ pub struct StatusDocument {
     pub updated_at: String,
     pub valid_until: String,
     pub pid: u32,
+    /// `false` on an observer, which never claims the lease.
+    #[serde(default = "candidate_by_default")]
+    pub candidate: bool,
+    /// `starting`, `healthy` or `failing`; absent without `[election.health_check]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<Health>,
+    /// The election is paused (`leaderd pause`); absent in files of older versions.
+    #[serde(default)]
+    pub paused: bool,
 }
 
 fn rfc3339(time: SystemTime) -> String {
@@ -45,7 +77,7 @@ fn rfc3339(time: SystemTime) -> String {
 }
 
 impl StatusDocument {
-    pub fn new(election: &str, node_id: &str, status: &Status) -> Self {
+    pub fn new(election: &str, node_id: &str, status: &Status, standing: Standing) -> Self {
         StatusDocument {
             election: election.to_owned(),
             node_id: node_id.to_owned(),
@@ -56,6 +88,9 @@ impl StatusDocument {
             updated_at: rfc3339(status.updated_at),
             valid_until: rfc3339(status.valid_until),
             pid: std::process::id(),
+            candidate: standing.candidate,
+            health: standing.health,
+            paused: status.paused,
         }
     }
 }
@@ -88,20 +123,22 @@ pub fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), StatusFileEr
 const RETRY_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Writes every status the election publishes until the election ends (its sender is
-/// dropped), and the last one after that. The receiver returned says which
+/// dropped), and the last one after that, with the node's `standing` as it is at each
+/// write (statuses come every round). The receiver returned says which
 /// [`Status::version`] the file durably holds.
 pub fn spawn_writer(
     path: PathBuf,
     election: String,
     node_id: String,
     mut statuses: watch::Receiver<Status>,
+    standing: watch::Receiver<Standing>,
 ) -> (JoinHandle<()>, watch::Receiver<u64>) {
     let (durable, durable_versions) = watch::channel(0);
     let task = tokio::spawn(async move {
         let mut failing = false;
         loop {
             let status = statuses.borrow_and_update().clone();
-            let document = StatusDocument::new(&election, &node_id, &status);
+            let document = StatusDocument::new(&election, &node_id, &status, *standing.borrow());
             let mut json = serde_json::to_vec_pretty(&document).expect("status serializes");
             json.push(b'\n');
             let target = path.clone();
@@ -148,7 +185,13 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let path = dir.join("status.json");
         let (statuses, receiver) = watch::channel(crate::election::Status::initial());
-        let (_task, mut durable) = spawn_writer(path.clone(), "e".into(), "a".into(), receiver);
+        let (_task, mut durable) = spawn_writer(
+            path.clone(),
+            "e".into(),
+            "a".into(),
+            receiver,
+            watch::channel(Standing::default()).1,
+        );
         statuses.send_modify(|status| status.version = 7);
         // The directory is missing at first; the status does not change again.
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
@@ -171,7 +214,11 @@ mod tests {
         status.role = Role::Leader;
         status.leader = Some("node \"a\"".to_owned());
         status.term = Some(7);
-        let written = StatusDocument::new("jobs", "node \"a\"", &status);
+        let standing = Standing {
+            candidate: false,
+            health: Some(Health::Failing),
+        };
+        let written = StatusDocument::new("jobs", "node \"a\"", &status, standing);
         let json = serde_json::to_string_pretty(&written).unwrap();
         let read: StatusDocument = serde_json::from_str(&json).unwrap();
         assert_eq!(read, written);

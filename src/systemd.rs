@@ -21,12 +21,16 @@ fn notify(states: &[NotifyState]) {
 /// One line for `systemctl status`.
 pub fn status_line(status: &Status) -> String {
     let term = status.term.map_or("none".to_owned(), |t| t.to_string());
-    match (status.role, &status.leader, &status.error) {
+    let line = match (status.role, &status.leader, &status.error) {
         (Role::Leader, _, _) => format!("leader (term {term})"),
         (Role::Follower, Some(leader), _) => format!("follower of {leader} (term {term})"),
         (Role::Follower, None, _) => format!("follower, no leader (term {term})"),
         (Role::Unknown, _, Some(error)) => format!("unknown: {error}"),
         (Role::Unknown, _, None) => "unknown".to_owned(),
+    };
+    match status.paused {
+        true => format!("{line}, paused"),
+        false => line,
     }
 }
 

@@ -13,14 +13,27 @@ use super::{
 };
 use crate::election::settings::{self, Setting};
 use crate::hooks::HooksConfig;
+use crate::hooks::health::HealthCheckConfig;
+use crate::kubernetes::KubernetesConfig;
 use crate::logging::LogFormat;
-use crate::store::{Backend, DatabaseUrl};
+use crate::store::{Backend, DatabaseUrl, Pooler};
 
 /// Every key leaderd reads, by section. Anything else is an error, so a typo such as
 /// `election.tll` is caught instead of silently running with the default.
 const KNOWN_KEYS: &[(&str, &[&str])] = &[
     ("node", &["id"]),
-    ("election", &["name", "ttl", "interval"]),
+    (
+        "election",
+        &[
+            "name",
+            "ttl",
+            "interval",
+            "candidate",
+            "health_check",
+            "priority",
+            "preempt_after",
+        ],
+    ),
     (
         "database",
         &[
@@ -30,11 +43,23 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
             "connect_timeout",
             "query_timeout",
             "migrate",
+            "pooler",
         ],
     ),
     ("status", &["path"]),
     ("log", &["level", "format"]),
     ("http", &["listen"]),
+    (
+        "kubernetes",
+        &[
+            "role_label",
+            "pod_name",
+            "namespace",
+            "api_url",
+            "token_file",
+            "ca_file",
+        ],
+    ),
     ("hooks", crate::hooks::config::HOOK_KEYS),
 ];
 
@@ -54,6 +79,18 @@ struct RawConfig {
     log: RawLog,
     #[serde(default)]
     http: RawHttp,
+    #[serde(default)]
+    kubernetes: RawKubernetes,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RawKubernetes {
+    role_label: Option<String>,
+    pod_name: Option<String>,
+    namespace: Option<String>,
+    api_url: Option<String>,
+    token_file: Option<PathBuf>,
+    ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -71,6 +108,10 @@ struct RawElection {
     name: Option<String>,
     ttl: Option<String>,
     interval: Option<String>,
+    candidate: Option<bool>,
+    /// An integer; read as text so that a TOML integer and a variable both work.
+    priority: Option<String>,
+    preempt_after: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -81,6 +122,7 @@ struct RawDatabase {
     connect_timeout: Option<String>,
     query_timeout: Option<String>,
     migrate: Option<bool>,
+    pooler: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -136,10 +178,16 @@ impl Config {
             Err(config::ConfigError::NotFound(_)) => HooksConfig::default(),
             Err(error) => return Err(error.into()),
         };
+        let health_check = match merged.get::<config::Value>("election.health_check") {
+            Ok(value) => Some(HealthCheckConfig::parse(&value)?),
+            Err(config::ConfigError::NotFound(_)) => None,
+            Err(error) => return Err(error.into()),
+        };
         let mut raw: RawConfig = merged.try_deserialize()?;
         let fallbacks = hook_variable_fallbacks(&mut raw, env, node_id.is_some());
         let mut config = Self::validate(raw, node_id, env)?;
         config.hooks = hooks;
+        config.health_check = health_check;
         config.env_fallbacks = fallbacks;
         Ok(config)
     }
@@ -161,7 +209,49 @@ impl Config {
         let interval = duration("election.interval", raw.election.interval.as_deref(), "1s")?;
         // The election's own rules, named by configuration key.
         crate::election::ElectionSettings::new(&election, &node_id, ttl, interval)?;
+        let priority = match raw.election.priority.as_deref() {
+            None => 0,
+            Some(text) => text.trim().parse::<i64>().map_err(|_| {
+                invalid(
+                    "election.priority",
+                    text,
+                    "expected an integer (higher wins; default 0)",
+                )
+            })?,
+        };
+        // 0 turns preemption off.
+        let preempt_after = match raw.election.preempt_after.as_deref().map(str::trim) {
+            Some(text) if humantime::parse_duration(text).is_ok_and(|d| d.is_zero()) => {
+                Duration::ZERO
+            }
+            text => duration("election.preempt_after", text, "10s")?,
+        };
         let database_url = database_url(&raw.database, env.get("CREDENTIALS_DIRECTORY"))?;
+        let database_url = match raw.database.pooler.as_deref() {
+            None => database_url,
+            Some(text) => {
+                let pooler = Pooler::parse(text).ok_or_else(|| {
+                    invalid(
+                        "database.pooler",
+                        text,
+                        "expected \"none\", \"session\" or \"transaction\" (PgBouncer's pool_mode)",
+                    )
+                })?;
+                if pooler == Pooler::Transaction && database_url.backend() != Backend::Postgres {
+                    return Err(invalid(
+                        "database.pooler",
+                        text,
+                        format!(
+                            "only PostgreSQL connections can go through a transaction pooler, \
+                             and database.url is {}",
+                            database_url
+                        ),
+                    ));
+                }
+                database_url.with_pooler(pooler)
+            }
+        };
+        let kubernetes = kubernetes(raw.kubernetes, env)?;
         let connect_timeout = duration(
             "database.connect_timeout",
             raw.database.connect_timeout.as_deref(),
@@ -177,6 +267,10 @@ impl Config {
             election,
             ttl,
             interval,
+            candidate: raw.election.candidate.unwrap_or(true),
+            health_check: None,
+            priority,
+            preempt_after,
             database_url,
             connect_timeout,
             query_timeout,
@@ -208,9 +302,59 @@ impl Config {
                 })?),
             },
             hooks: HooksConfig::default(),
+            kubernetes,
             env_fallbacks: Vec::new(),
         })
     }
+}
+
+/// `[kubernetes]`, with the downward API's `POD_NAME` and `POD_NAMESPACE` as defaults.
+/// Empty strings count as unset, so a manifest can blank a key.
+fn kubernetes(
+    raw: RawKubernetes,
+    env: &HashMap<String, String>,
+) -> Result<KubernetesConfig, ConfigError> {
+    let set = |value: Option<String>| value.filter(|v| !v.trim().is_empty());
+    let from_env = |name: &str| set(env.get(name).cloned());
+    let role_label = set(raw.role_label);
+    if let Some(key) = &role_label {
+        crate::kubernetes::check_label_key(key)
+            .map_err(|reason| invalid("kubernetes.role_label", key, reason))?;
+    }
+    let api_url = set(raw.api_url);
+    if let Some(text) = &api_url {
+        match url::Url::parse(text) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => {}
+            _ => {
+                return Err(invalid(
+                    "kubernetes.api_url",
+                    text,
+                    "expected an http(s) URL such as https://10.0.0.1:443; leave it unset \
+                     in a pod, where the API server is found from KUBERNETES_SERVICE_HOST",
+                ));
+            }
+        }
+    }
+    let pod_name = match set(raw.pod_name).or_else(|| from_env("POD_NAME")) {
+        Some(name) => Some(name),
+        // Only needed, and only looked up, when labelling is on.
+        None if role_label.is_some() => Some(
+            hostname::get()
+                .map_err(ConfigError::Hostname)?
+                .to_string_lossy()
+                .into_owned(),
+        ),
+        None => None,
+    };
+    let empty_path = |path: Option<PathBuf>| path.filter(|p| !p.as_os_str().is_empty());
+    Ok(KubernetesConfig {
+        role_label,
+        pod_name,
+        namespace: set(raw.namespace).or_else(|| from_env("POD_NAMESPACE")),
+        api_url,
+        token_file: empty_path(raw.token_file),
+        ca_file: empty_path(raw.ca_file),
+    })
 }
 
 /// The systemd credentials leaderd reads from `$CREDENTIALS_DIRECTORY` when the
@@ -228,10 +372,15 @@ fn read_secret(key: &'static str, path: &Path) -> Result<String, ConfigError> {
     Ok(text.trim_end_matches(['\n', '\r']).to_owned())
 }
 
-/// A credential file, if systemd passed one by that name.
+/// A credential file, if systemd passed one by that name. An empty one (line ends aside)
+/// counts as none: the shipped unit pairs each `LoadCredential=` with a
+/// `SetCredential=NAME:\n` fallback, so that a missing source file does not stop the unit.
 fn credential(directory: Option<&String>, name: &str) -> Option<PathBuf> {
     let path = Path::new(directory.filter(|d| !d.is_empty())?).join(name);
-    path.is_file().then_some(path)
+    let text = std::fs::read(&path).ok()?;
+    text.iter()
+        .any(|byte| !matches!(byte, b'\n' | b'\r'))
+        .then_some(path)
 }
 
 /// The database URL: `database.url_file`, else `database.url`, else the systemd credential

@@ -14,7 +14,7 @@ use super::round::{Outcome, RoundError};
 use super::run::RenewRequest;
 use super::settings::ElectionSettings;
 use super::status::{Role, RoleEvent, RoundObserver, RoundReport, Status};
-use crate::store::{ProcessToken, StoreError};
+use crate::store::{Commands, ProcessToken, StoreError};
 
 /// How often a leader looks at CLOCK_BOOTTIME for its deadline: its timers would not
 /// notice that the host slept.
@@ -90,6 +90,13 @@ pub(super) struct Candidacy {
     pub(super) rounds_completed: u64,
     /// Statements the round being applied sent.
     pub(super) round_statements: u64,
+    /// The operator commands this node has seen on its row while leading (its renewals
+    /// state them).
+    pub(super) seen: Commands,
+    /// Whether the election is paused, as of the last round.
+    pub(super) paused: bool,
+    /// The term whose resign request was last passed on, so it is passed on once.
+    pub(super) resign_passed_on: Option<i64>,
 }
 
 impl Candidacy {
@@ -290,6 +297,7 @@ impl Candidacy {
                     _ if deadline.passed(Instants::now(&self.boot)) => Hold::Lapsed { term },
                     _ => Hold::Leading { term, deadline },
                 };
+                self.paused = self.seen.paused;
                 match self.hold {
                     Hold::Leading { .. } => {
                         self.publish(Role::Leader, Some(settings.node_id.clone()), Some(term));
@@ -340,6 +348,7 @@ impl Candidacy {
                     .and_then(|r| r.live_holder())
                     .map(str::to_owned);
                 let term = row.as_ref().map(|r| r.term);
+                self.paused = row.as_ref().is_some_and(|r| r.paused());
                 self.observed_lapse = leader
                     .as_ref()
                     .and(row.as_ref())

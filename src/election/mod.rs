@@ -30,7 +30,7 @@ pub mod settings;
 mod status;
 
 pub use clock::{BootClock, boottime};
-pub use run::{ClaimGate, Election, RenewHandle, ResignHandle};
+pub use run::{CandidacyGate, ClaimGate, Election, RenewHandle, ResignHandle};
 pub use settings::{ElectionSettings, Setting, SettingsError, safety_margin};
 pub use status::{Role, RoleEvent, RoundObserver, RoundReport, Status};
 

@@ -55,6 +55,7 @@ impl Candidacy {
             lease_deadline_boot: lease.map(|deadline| deadline.boot),
             leader_lease_until,
             error: self.error.clone(),
+            paused: self.paused,
             version: previous.version + 1,
         });
         // After the status: whoever handles an event finds the status it describes.

@@ -10,7 +10,7 @@ use tracing::{debug, info, warn};
 use super::candidacy::{Candidacy, Hold};
 use super::clock::{BootClock, Instants};
 use super::settings::ElectionSettings;
-use crate::store::{LeaseRow, LeaseStore, ProcessToken, StoreError};
+use crate::store::{Commands, LeaseRow, LeaseStore, ProcessToken, StoreError};
 
 /// How long a stopping node tries to release its row.
 const STOP_RELEASE: Duration = Duration::from_millis(500);
@@ -55,7 +55,9 @@ pub(super) struct Claimant<'a> {
 /// is the only one in steady state (a renewal for the leader, a read for a follower).
 /// `may_claim` is asked before each claim. `released_in`: a term whose release was just
 /// announced, claimed without reading first. `statements` counts what it sends, for
-/// [`RoundReport::statements`](super::RoundReport::statements).
+/// [`RoundReport::statements`](super::RoundReport::statements). `seen`: the operator
+/// commands a leader has seen pending on its row (see [`Commands`]), updated when a
+/// renewal finds others.
 pub(super) async fn round<S: LeaseStore>(
     store: &mut S,
     sender: &Claimant<'_>,
@@ -63,6 +65,7 @@ pub(super) async fn round<S: LeaseStore>(
     may_claim: impl Fn() -> bool,
     released_in: Option<i64>,
     statements: &mut u64,
+    seen: &mut Commands,
 ) -> Result<(Outcome, Duration), RoundError> {
     let Claimant {
         settings,
@@ -76,11 +79,34 @@ pub(super) async fn round<S: LeaseStore>(
             // Stop acting as leader at once when the database says no; the next round
             // reads the row.
             *statements += 1;
-            let outcome = match store.renew(name, me, ttl, term).await? {
-                true => Outcome::Holding { term, sent },
-                false => Outcome::NotHeld,
-            };
-            return Ok((outcome, sent.at.elapsed()));
+            if store.renew_seeing(name, me, ttl, term, *seen).await? {
+                return Ok((Outcome::Holding { term, sent }, sent.at.elapsed()));
+            }
+            let round_trip = sent.at.elapsed();
+            // Refused: the lease is no longer ours, or an operator command changed (a
+            // pause, a resign or handover request). Only a read tells; it costs a
+            // statement only when something changed.
+            *statements += 1;
+            let row = store.get(name).await?;
+            let ours = row.filter(|r| {
+                r.holder.as_deref() == Some(me.as_str())
+                    && r.term == term
+                    && r.live_holder().is_some()
+            });
+            if let Some(row) = ours {
+                // The same guarded renewal, stating what is pending now: it still extends
+                // only a live lease of ours in this term. The deadline still counts from
+                // the first statement's sending, which is earlier. Also when the commands
+                // read are the ones the leader knew: one that came and went between the
+                // two statements (a short pause, a pause then a resume) refused the first.
+                let now_seen = row.commands();
+                *statements += 1;
+                if store.renew_seeing(name, me, ttl, term, now_seen).await? {
+                    *seen = now_seen;
+                    return Ok((Outcome::Holding { term, sent }, round_trip));
+                }
+            }
+            return Ok((Outcome::NotHeld, round_trip));
         }
         Hold::Lapsed { term } if may_claim() => {
             *statements += 1;
@@ -123,6 +149,9 @@ pub(super) async fn round<S: LeaseStore>(
             store.ensure_row(name).await?;
             Some(0)
         }
+        // A pause, or a handover to another node, keeps a free lease from this node:
+        // the claim would check the same, at the cost of a statement.
+        Some(row) if row.paused() || row.handed_over_away_from(me) => None,
         Some(row) if row.live_holder().is_none() => Some(row.term),
         Some(_) => None,
     };

@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep_until};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::candidacy::{Candidacy, Hold};
 use super::clock::boottime_by_tokio;
 use super::round::{Claimant, Outcome, round, step_down};
 use super::settings::ElectionSettings;
 use super::status::{RoleEvent, RoundObserver, Status};
-use crate::store::{LeaseStore, ProcessToken, StoreError};
+use crate::store::{Commands, LeaseStore, ProcessToken, StoreError};
 
 /// How long a stopping node waits for a round that is already in flight.
 const STOP_WAIT_IN_FLIGHT: Duration = Duration::from_millis(400);
@@ -34,6 +34,8 @@ pub struct Election<S> {
     /// Requests to renew now (see [`Election::renew_handle`]).
     renew: Option<mpsc::Receiver<RenewRequest>>,
     claims: ClaimGate,
+    /// Further gates, each closed and opened by one holder (a health check).
+    extra_claims: Vec<CandidacyGate>,
     /// Claim no more once the first term held has ended (see [`Election::single_term`]).
     single_term: bool,
     /// Ask the store for release notifications (see [`Election::poll_only`]).
@@ -76,8 +78,14 @@ impl RenewHandle {
     }
 }
 
-/// Closes an election to new claims (a stopping node must not take the lease while its
-/// hooks step down). Renewals of a lease it holds go on.
+/// Closes an election to new claims for good (a stopping node must not take the lease
+/// while its hooks step down). Renewals of a lease it holds go on. An election claims only
+/// while this gate and every [`CandidacyGate`] it has are open.
+///
+/// ```compile_fail
+/// // A closed stop gate cannot be opened again.
+/// leaderd::ClaimGate::default().open();
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct ClaimGate(Arc<std::sync::atomic::AtomicBool>);
 
@@ -88,6 +96,26 @@ impl ClaimGate {
 
     fn is_closed(&self) -> bool {
         self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A gate on claims that its one holder closes and opens again (a health check, from
+/// [`Election::extra_claim_gate`]). A type of its own, so that no holder of the stop
+/// gate ([`ClaimGate`]) can reopen that one.
+#[derive(Debug, Clone, Default)]
+pub struct CandidacyGate(ClaimGate);
+
+impl CandidacyGate {
+    pub fn close(&self) {
+        self.0.close();
+    }
+
+    pub fn open(&self) {
+        (self.0).0.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn is_closed(&self) -> bool {
+        self.0.is_closed()
     }
 }
 
@@ -129,6 +157,9 @@ impl<S: LeaseStore> Election<S> {
             observers: Vec::new(),
             rounds_completed: 0,
             round_statements: 0,
+            seen: Commands::default(),
+            paused: false,
+            resign_passed_on: None,
         };
         (
             Election {
@@ -138,6 +169,7 @@ impl<S: LeaseStore> Election<S> {
                 resign: None,
                 renew: None,
                 claims: ClaimGate::default(),
+                extra_claims: Vec::new(),
                 single_term: false,
                 listen_for_releases: true,
                 durable: None,
@@ -149,6 +181,14 @@ impl<S: LeaseStore> Election<S> {
     /// A handle that stops this election from taking a lease it does not hold.
     pub fn claim_gate(&self) -> ClaimGate {
         self.claims.clone()
+    }
+
+    /// Another gate, for a holder that opens it as well as closes it (a health check):
+    /// this election claims only while this one and [`Election::claim_gate`] are open.
+    pub fn extra_claim_gate(&mut self) -> CandidacyGate {
+        let gate = CandidacyGate::default();
+        self.extra_claims.push(gate.clone());
+        gate
     }
 
     pub fn resign_handle(&mut self) -> ResignHandle {
@@ -223,6 +263,7 @@ impl<S: LeaseStore> Election<S> {
             mut resign,
             mut renew,
             claims,
+            extra_claims,
             single_term,
             listen_for_releases,
             mut durable,
@@ -244,11 +285,13 @@ impl<S: LeaseStore> Election<S> {
                 }
                 // Released by its holder: try now rather than at the next poll, and in
                 // the term last seen rather than after reading the row again.
+                // For a leader, an operator command may be pending (commands wake the
+                // same channel): renew now, which sees it.
                 _ = next_message(&mut releases) => {
                     if !candidacy.is_leading() {
                         candidacy.released_in = candidacy.status.borrow().term;
-                        next_round = Instant::now();
                     }
+                    next_round = Instant::now();
                     continue 'rounds;
                 }
                 request = next_message(&mut renew) => {
@@ -277,16 +320,22 @@ impl<S: LeaseStore> Election<S> {
             }
             let started = Instant::now();
             let hold = candidacy.hold;
-            let done_with_claims = claims.is_closed() || (single_term && candidacy.held_any);
+            let gates_closed =
+                || claims.is_closed() || extra_claims.iter().any(CandidacyGate::is_closed);
+            let done_with_claims = gates_closed() || (single_term && candidacy.held_any);
             let may_claim = !done_with_claims
                 && candidacy
                     .no_claim_until
                     .is_none_or(|until| started >= until);
             // Closed again just before each claim: a stop may come between a read and it.
-            let claims_gate = claims.clone();
-            let may_claim_now = move || may_claim && !claims_gate.is_closed();
+            let may_claim_now = || may_claim && !gates_closed();
             let released_in = candidacy.released_in.take();
             let mut statements = 0;
+            // A new term starts with nothing seen.
+            let mut seen = match hold {
+                Hold::Leading { .. } => candidacy.seen,
+                _ => Commands::default(),
+            };
             let boot = Arc::clone(&candidacy.boot);
             let result = {
                 let sender = Claimant {
@@ -301,6 +350,7 @@ impl<S: LeaseStore> Election<S> {
                     may_claim_now,
                     released_in,
                     &mut statements,
+                    &mut seen,
                 );
                 tokio::pin!(attempt);
                 loop {
@@ -330,7 +380,32 @@ impl<S: LeaseStore> Election<S> {
                 }
             };
             candidacy.round_statements = statements;
+            candidacy.seen = seen;
             next_round = candidacy.apply(result, started, may_claim);
+            // An operator asked this leader to step down: through the step-down sequence
+            // of whoever consumes the events (leader work stopped, on_demoted), which
+            // then resigns through the resign handle. Without a consumer nothing here
+            // knows whether the leader's work has stopped (`leaderd lock`'s command, a
+            // library's task), and releasing first would let another node start while
+            // it runs: the request is refused, and the leader keeps renewing.
+            if let Hold::Leading { term, .. } = candidacy.hold {
+                if candidacy.seen.resign && candidacy.resign_passed_on != Some(term) {
+                    candidacy.resign_passed_on = Some(term);
+                    let passed_on = candidacy.events.as_ref().is_some_and(|events| {
+                        events.send(RoleEvent::ResignRequested { term }).is_ok()
+                    });
+                    match passed_on {
+                        true => {
+                            info!(election = %settings.name, node = %settings.node_id, term, "asked to step down")
+                        }
+                        false => warn!(
+                            election = %settings.name, node = %settings.node_id, term,
+                            "asked to step down, but nothing here can stop this leader's work \
+                             first; the request is ignored: stop the process instead"
+                        ),
+                    }
+                }
+            }
             if single_term && candidacy.held_any {
                 // A lock that was held will not be waited for again.
                 releases = None;

@@ -53,6 +53,8 @@ pub struct Status {
     /// Why the last round failed, while the database keeps failing (`None` once it
     /// answers).
     pub error: Option<String>,
+    /// The election is paused (`leaderd pause`): no node takes a free or lapsed lease.
+    pub paused: bool,
     /// Grows with every publication, so a consumer can say which one it has made durable
     /// (see [`Election::release_after`](super::Election::release_after)).
     pub version: u64,
@@ -72,6 +74,7 @@ impl Status {
             lease_deadline_boot: None,
             leader_lease_until: None,
             error: None,
+            paused: false,
             version: 0,
         }
     }
@@ -85,6 +88,10 @@ pub enum RoleEvent {
     Elected { term: i64 },
     /// This node stopped acting as leader in `term`, for any reason.
     Demoted { term: i64 },
+    /// An operator asked this node, leader in `term`, to step down (`leaderd resign` or
+    /// `handover`): the consumer runs the step-down sequence and then resigns through
+    /// its [`ResignHandle`](super::ResignHandle).
+    ResignRequested { term: i64 },
     /// The leader this node sees changed (`None`: no live leader as far as it knows).
     LeaderChanged {
         previous: Option<String>,

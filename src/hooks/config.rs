@@ -31,7 +31,11 @@ pub struct HookConfigError {
     pub reason: String,
 }
 
-fn error(key: &str, value: &config::Value, reason: impl Into<String>) -> HookConfigError {
+pub(super) fn error(
+    key: &str,
+    value: &config::Value,
+    reason: impl Into<String>,
+) -> HookConfigError {
     HookConfigError {
         key: key.to_owned(),
         value: value.to_string(),
@@ -154,7 +158,7 @@ fn containment(key: &str, value: &config::Value) -> Result<ContainmentMode, Hook
         .ok_or_else(|| error(key, value, format!("must be {}", ContainmentMode::CHOICES)))
 }
 
-fn argv(key: &str, value: &config::Value) -> Result<Vec<String>, HookConfigError> {
+pub(super) fn argv(key: &str, value: &config::Value) -> Result<Vec<String>, HookConfigError> {
     let items = value.clone().into_array().map_err(|_| {
         error(
             key,
@@ -174,7 +178,7 @@ fn argv(key: &str, value: &config::Value) -> Result<Vec<String>, HookConfigError
     Ok(argv)
 }
 
-fn duration(key: &str, value: &config::Value) -> Result<Duration, HookConfigError> {
+pub(super) fn duration(key: &str, value: &config::Value) -> Result<Duration, HookConfigError> {
     let text = value
         .clone()
         .into_string()
@@ -186,7 +190,10 @@ fn duration(key: &str, value: &config::Value) -> Result<Duration, HookConfigErro
     }
 }
 
-fn env(key: &str, value: &config::Value) -> Result<BTreeMap<String, String>, HookConfigError> {
+pub(super) fn env(
+    key: &str,
+    value: &config::Value,
+) -> Result<BTreeMap<String, String>, HookConfigError> {
     let table = value
         .clone()
         .into_table()
@@ -204,7 +211,7 @@ fn env(key: &str, value: &config::Value) -> Result<BTreeMap<String, String>, Hoo
 }
 
 /// The table form's keys, checked so that a typo is an error rather than ignored.
-fn table(
+pub(super) fn table(
     key: &str,
     value: &config::Value,
     allowed: &[&str],
@@ -374,11 +381,11 @@ impl LeaderCommand {
 }
 
 /// A duration the way the configuration takes it ("1m 30s").
-fn duration_value(d: Duration) -> toml::Value {
+pub(super) fn duration_value(d: Duration) -> toml::Value {
     humantime::format_duration(d).to_string().into()
 }
 
-fn env_value(env: &BTreeMap<String, String>) -> toml::Value {
+pub(super) fn env_value(env: &BTreeMap<String, String>) -> toml::Value {
     toml::Value::Table(
         env.iter()
             .map(|(name, value)| (name.clone(), value.clone().into()))

@@ -12,10 +12,12 @@
 //! * `process` and [`guard`]: the hook process and the guard it runs under.
 //! * [`containment`] and `subreaper`: how the guard holds everything a fenced hook starts.
 //! * [`config`]: the `[hooks]` section.
+//! * [`health`]: `[election.health_check]`, a check run like a hook that gates candidacy.
 
 pub mod config;
 pub mod containment;
 pub mod guard;
+pub mod health;
 mod process;
 mod run;
 mod subreaper;

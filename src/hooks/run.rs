@@ -322,6 +322,7 @@ mod tests {
             lease_deadline_boot: Some(deadline_boot),
             leader_lease_until: Some(deadline),
             error: None,
+            paused: false,
             version: 1,
         }
     }

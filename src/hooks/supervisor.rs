@@ -21,7 +21,7 @@ use crate::election::{ResignHandle, Role, RoleEvent, Status};
 
 mod handle;
 mod step_down;
-pub use handle::Hooks;
+pub use handle::{HookResign, Hooks};
 use step_down::StepDown;
 
 /// After a fenced hook took the guard started ahead, when the next one starts: not while
@@ -300,6 +300,17 @@ impl Supervisor {
                 // leader); on_demoted waits for them below.
                 self.queue_on_demoted(term);
             }
+            RoleEvent::ResignRequested { term } => {
+                if self.stopping || self.resigning.is_some() {
+                    // A step-down is already under way.
+                } else if self.leading == Some(term) {
+                    info!(term, "asked to step down; stopping leader work");
+                    self.begin_step_down(StepDown::Resign);
+                } else {
+                    // No leader work of that term here: nothing to stop first.
+                    self.resign.resign_term(term);
+                }
+            }
             RoleEvent::LeaderChanged {
                 previous,
                 current,
@@ -354,6 +365,7 @@ impl Supervisor {
         mut events: mpsc::UnboundedReceiver<RoleEvent>,
         step_down: oneshot::Receiver<oneshot::Sender<()>>,
         mut reloads: mpsc::UnboundedReceiver<HooksConfig>,
+        mut resigns: mpsc::Receiver<()>,
     ) {
         tokio::pin!(step_down);
         let mut step_down_done: Option<oneshot::Sender<()>> = None;
@@ -374,6 +386,13 @@ impl Supervisor {
                     Some(event) => self.on_event(event),
                     None => break,
                 },
+                Some(()) = resigns.recv() => {
+                    // Once: the first request took `leading`.
+                    if self.leading.is_some() && !self.stopping {
+                        info!(term = self.leading, "stepping down on request");
+                        self.begin_step_down(StepDown::Resign);
+                    }
+                }
                 Some(config) = reloads.recv() => {
                     info!("hooks reloaded");
                     self.config = config;

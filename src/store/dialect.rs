@@ -14,20 +14,48 @@ use diesel::sql_types::{BigInt, HasSqlType, Text, Untyped};
 
 /// The statements of one backend.
 pub(super) struct Dialect {
-    /// (name) -> holder, term, lease_ms, age_ms by the database clock, now_us, term_token.
+    /// (name) -> holder, term, lease_ms, age_ms by the database clock, now_us, term_token,
+    /// and the pending commands: paused_ms and handover_ms (time left, NULL once over),
+    /// handover_to, resign_term.
     pub(super) get: &'static str,
     /// (name): create the row, unheld, if it does not exist. Its row count means nothing:
     /// leadership is only ever taken by `claim`.
     pub(super) ensure_row: &'static str,
-    /// (holder, term_token, lease_ms, name, expected_term): take a released or lapsed lease.
+    /// (holder, term_token, lease_ms, name, expected_term, holder): take a released or
+    /// lapsed lease, unless paused or handed over to another node; clears the handover.
     pub(super) claim: &'static str,
-    /// (term_token, lease_ms, name, holder, term): start a new term on a row this process
-    /// still holds.
+    /// (term_token, lease_ms, name, holder, term, holder): start a new term on a row this
+    /// process still holds, unless asked to resign it, handed over to another node, or
+    /// paused with the lease lapsed.
     pub(super) reacquire: &'static str,
-    /// (lease_ms, name, holder, term): extend a live lease of ours.
+    /// (lease_ms, name, holder, term, resign_seen, paused_seen): extend a live lease of
+    /// ours, if the commands pending on the row are the ones the leader has seen (0 or 1
+    /// each): a new command makes it match nothing, and the leader reads the row.
     pub(super) renew: &'static str,
     /// (name, holder, term): give the row up.
     pub(super) release: &'static str,
+    /// (pause_ms, name): no claim of a free or lapsed lease for pause_ms.
+    pub(super) pause: &'static str,
+    /// (name): end a pause.
+    pub(super) resume: &'static str,
+    /// (name, holder, term): ask the leader of a live term to step down.
+    pub(super) resign: &'static str,
+    /// (to, name, holder, term): ask the leader of a live term to step down, and let only
+    /// `to` claim for two of its lease lengths.
+    pub(super) handover: &'static str,
+    /// (name) on PostgreSQL: wakes every node that LISTENs (a command is pending).
+    pub(super) wake: Option<&'static str>,
+    /// (election, node_id, candidate, priority, version, host, fresh): a node records
+    /// itself; `fresh` (1 on a process's first record) resets `started`.
+    pub(super) record_member: &'static str,
+    /// (hold_ms, election, node_id): a node that lost by preemption does not preempt for
+    /// hold_ms.
+    pub(super) hold_preemption: &'static str,
+    /// (election) -> node_id, candidate, priority, version, host, member_ms (since
+    /// started), seen_ms (since last_seen), no_preempt_ms (left, NULL once over).
+    pub(super) members: &'static str,
+    /// (election, older_than_ms): forget members not seen for that long.
+    pub(super) prune_members: &'static str,
 }
 
 // clock_timestamp() is read when the row is written, after any wait for its lock: writes
@@ -36,24 +64,41 @@ pub(super) const POSTGRES: Dialect = Dialect {
     get: r#"SELECT container_id, term, lease_ms,
                    (EXTRACT(EPOCH FROM (clock_timestamp() - "timestamp")) * 1000)::BIGINT AS age_ms,
                    (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT AS now_us,
-                   term_token
+                   term_token,
+                   CASE WHEN paused_until > clock_timestamp() THEN
+                       (EXTRACT(EPOCH FROM (paused_until - clock_timestamp())) * 1000)::BIGINT
+                   END AS paused_ms,
+                   handover_to,
+                   CASE WHEN handover_until > clock_timestamp() THEN
+                       (EXTRACT(EPOCH FROM (handover_until - clock_timestamp())) * 1000)::BIGINT
+                   END AS handover_ms,
+                   resign_term
             FROM service_leader_lock WHERE name = ?"#,
     ensure_row: r#"INSERT INTO service_leader_lock (name, container_id, "timestamp", term, lease_ms)
                    VALUES (?, NULL, clock_timestamp(), 0, 0)
                    ON CONFLICT (name) DO NOTHING"#,
     claim: r#"UPDATE service_leader_lock
               SET term = term + 1, container_id = ?, term_token = ?, "timestamp" = clock_timestamp(),
-                  lease_ms = ?
+                  lease_ms = ?, handover_to = NULL, handover_until = NULL, resign_term = NULL
               WHERE name = ? AND term = ?
                 AND (container_id IS NULL
-                     OR "timestamp" + lease_ms * INTERVAL '1 millisecond' <= clock_timestamp())"#,
+                     OR "timestamp" + lease_ms * INTERVAL '1 millisecond' <= clock_timestamp())
+                AND (paused_until IS NULL OR paused_until <= clock_timestamp())
+                AND (handover_to IS NULL OR handover_until <= clock_timestamp() OR handover_to = ?)"#,
     reacquire: r#"UPDATE service_leader_lock
-                  SET term = term + 1, term_token = ?, "timestamp" = clock_timestamp(), lease_ms = ?
-                  WHERE name = ? AND container_id = ? AND term = ?"#,
+                  SET term = term + 1, term_token = ?, "timestamp" = clock_timestamp(), lease_ms = ?,
+                      handover_to = NULL, handover_until = NULL, resign_term = NULL
+                  WHERE name = ? AND container_id = ? AND term = ?
+                    AND (resign_term IS NULL OR resign_term <> term)
+                    AND (handover_to IS NULL OR handover_until <= clock_timestamp() OR handover_to = ?)
+                    AND (paused_until IS NULL OR paused_until <= clock_timestamp()
+                         OR "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp())"#,
     renew: r#"UPDATE service_leader_lock
               SET "timestamp" = clock_timestamp(), lease_ms = ?
               WHERE name = ? AND container_id = ? AND term = ?
-                AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()"#,
+                AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()
+                AND (CASE WHEN resign_term = term THEN 1 ELSE 0 END) = ?
+                AND (CASE WHEN paused_until > clock_timestamp() THEN 1 ELSE 0 END) = ?"#,
     // Also wakes the nodes that LISTEN (notify.rs); the notification is sent on commit.
     release: r#"WITH released AS (
                     UPDATE service_leader_lock
@@ -61,6 +106,43 @@ pub(super) const POSTGRES: Dialect = Dialect {
                     WHERE name = ? AND container_id = ? AND term = ?
                     RETURNING name)
                 SELECT pg_notify('leaderd_release', name) FROM released"#,
+    pause: r#"UPDATE service_leader_lock
+              SET paused_until = clock_timestamp() + ? * INTERVAL '1 millisecond'
+              WHERE name = ?"#,
+    resume: r#"UPDATE service_leader_lock SET paused_until = NULL WHERE name = ?"#,
+    resign: r#"UPDATE service_leader_lock SET resign_term = term
+               WHERE name = ? AND container_id = ? AND term = ?
+                 AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()"#,
+    handover: r#"UPDATE service_leader_lock
+                 SET handover_to = ?, resign_term = term,
+                     handover_until = clock_timestamp() + 2 * lease_ms * INTERVAL '1 millisecond'
+                 WHERE name = ? AND container_id = ? AND term = ?
+                   AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()"#,
+    // The release's channel: a hint to run a round now (notify.rs), which the leader
+    // also heeds, so it sees the command at once.
+    wake: Some("SELECT pg_notify('leaderd_release', ?)"),
+    record_member: r#"INSERT INTO leaderd_member
+                          (election, node_id, candidate, priority, version, host, started, last_seen)
+                      VALUES (?, ?, ?, ?, ?, ?, clock_timestamp(), clock_timestamp())
+                      ON CONFLICT (election, node_id) DO UPDATE SET
+                          candidate = EXCLUDED.candidate, priority = EXCLUDED.priority,
+                          version = EXCLUDED.version, host = EXCLUDED.host,
+                          last_seen = EXCLUDED.last_seen,
+                          started = CASE WHEN ? = 1 THEN EXCLUDED.started
+                                         ELSE leaderd_member.started END"#,
+    hold_preemption: r#"UPDATE leaderd_member
+                        SET no_preempt_until = clock_timestamp() + ? * INTERVAL '1 millisecond'
+                        WHERE election = ? AND node_id = ?"#,
+    members: r#"SELECT node_id, candidate, priority, version, host,
+                       (EXTRACT(EPOCH FROM (clock_timestamp() - started)) * 1000)::BIGINT AS member_ms,
+                       (EXTRACT(EPOCH FROM (clock_timestamp() - last_seen)) * 1000)::BIGINT AS seen_ms,
+                       CASE WHEN no_preempt_until > clock_timestamp() THEN
+                           (EXTRACT(EPOCH FROM (no_preempt_until - clock_timestamp())) * 1000)::BIGINT
+                       END AS no_preempt_ms
+                FROM leaderd_member WHERE election = ? ORDER BY node_id"#,
+    prune_members: r#"DELETE FROM leaderd_member
+                      WHERE election = ?
+                        AND last_seen < clock_timestamp() - ? * INTERVAL '1 millisecond'"#,
 };
 
 // MySQL applies SET assignments left to right, so `term` comes first while it still reads
@@ -77,7 +159,15 @@ pub(super) const MYSQL: Dialect = Dialect {
     get: "SELECT container_id, term, lease_ms,
                  CAST(TIMESTAMPDIFF(MICROSECOND, `timestamp`, NOW(6)) DIV 1000 AS SIGNED) AS age_ms,
                  CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED) AS now_us,
-                 term_token
+                 term_token,
+                 CASE WHEN paused_until > NOW(6) THEN
+                     CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), paused_until) DIV 1000 AS SIGNED)
+                 END AS paused_ms,
+                 handover_to,
+                 CASE WHEN handover_until > NOW(6) THEN
+                     CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), handover_until) DIV 1000 AS SIGNED)
+                 END AS handover_ms,
+                 resign_term
           FROM service_leader_lock WHERE name = ?",
     // Not `on_conflict_do_nothing()`: on MariaDB that becomes ON DUPLICATE KEY UPDATE and
     // reports a row even when the key existed.
@@ -85,20 +175,63 @@ pub(super) const MYSQL: Dialect = Dialect {
         "INSERT IGNORE INTO service_leader_lock (name, container_id, `timestamp`, term, lease_ms)
                  VALUES (?, NULL, NOW(6), 0, 0)",
     claim: "UPDATE service_leader_lock
-            SET term = term + 1, container_id = ?, term_token = ?, `timestamp` = NOW(6), lease_ms = ?
+            SET term = term + 1, container_id = ?, term_token = ?, `timestamp` = NOW(6), lease_ms = ?,
+                handover_to = NULL, handover_until = NULL, resign_term = NULL
             WHERE name = ? AND term = ?
               AND (container_id IS NULL
-                   OR `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND <= NOW(6))",
+                   OR `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND <= NOW(6))
+              AND (paused_until IS NULL OR paused_until <= NOW(6))
+              AND (handover_to IS NULL OR handover_until <= NOW(6) OR handover_to = ?)",
     reacquire: "UPDATE service_leader_lock
-                SET term = term + 1, term_token = ?, `timestamp` = NOW(6), lease_ms = ?
-                WHERE name = ? AND container_id = ? AND term = ?",
+                SET term = term + 1, term_token = ?, `timestamp` = NOW(6), lease_ms = ?,
+                    handover_to = NULL, handover_until = NULL, resign_term = NULL
+                WHERE name = ? AND container_id = ? AND term = ?
+                  AND (resign_term IS NULL OR resign_term <> term)
+                  AND (handover_to IS NULL OR handover_until <= NOW(6) OR handover_to = ?)
+                  AND (paused_until IS NULL OR paused_until <= NOW(6)
+                       OR `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6))",
     renew: "UPDATE service_leader_lock
             SET `timestamp` = GREATEST(`timestamp`, NOW(6)), lease_ms = ?
             WHERE name = ? AND container_id = ? AND term = ?
-              AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)",
+              AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)
+              AND (CASE WHEN resign_term = term THEN 1 ELSE 0 END) = ?
+              AND (CASE WHEN paused_until > NOW(6) THEN 1 ELSE 0 END) = ?",
     release: "UPDATE service_leader_lock
               SET container_id = NULL, `timestamp` = NOW(6)
               WHERE name = ? AND container_id = ? AND term = ?",
+    pause: "UPDATE service_leader_lock
+            SET paused_until = NOW(6) + INTERVAL (? * 1000) MICROSECOND
+            WHERE name = ?",
+    resume: "UPDATE service_leader_lock SET paused_until = NULL WHERE name = ?",
+    resign: "UPDATE service_leader_lock SET resign_term = term
+             WHERE name = ? AND container_id = ? AND term = ?
+               AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)",
+    handover: "UPDATE service_leader_lock
+               SET handover_to = ?, resign_term = term,
+                   handover_until = NOW(6) + INTERVAL (2 * lease_ms * 1000) MICROSECOND
+               WHERE name = ? AND container_id = ? AND term = ?
+                 AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)",
+    wake: None,
+    record_member: "INSERT INTO leaderd_member
+                        (election, node_id, candidate, priority, version, host, started, last_seen)
+                    VALUES (?, ?, ?, ?, ?, ?, NOW(6), NOW(6))
+                    ON DUPLICATE KEY UPDATE
+                        started = IF(? = 1, VALUES(started), started),
+                        candidate = VALUES(candidate), priority = VALUES(priority),
+                        version = VALUES(version), host = VALUES(host),
+                        last_seen = VALUES(last_seen)",
+    hold_preemption: "UPDATE leaderd_member
+                      SET no_preempt_until = NOW(6) + INTERVAL (? * 1000) MICROSECOND
+                      WHERE election = ? AND node_id = ?",
+    members: "SELECT node_id, candidate, priority, version, host,
+                     CAST(TIMESTAMPDIFF(MICROSECOND, started, NOW(6)) DIV 1000 AS SIGNED) AS member_ms,
+                     CAST(TIMESTAMPDIFF(MICROSECOND, last_seen, NOW(6)) DIV 1000 AS SIGNED) AS seen_ms,
+                     CASE WHEN no_preempt_until > NOW(6) THEN
+                         CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), no_preempt_until) DIV 1000 AS SIGNED)
+                     END AS no_preempt_ms
+              FROM leaderd_member WHERE election = ? ORDER BY node_id",
+    prune_members: "DELETE FROM leaderd_member
+                    WHERE election = ? AND last_seen < NOW(6) - INTERVAL (? * 1000) MICROSECOND",
 };
 
 // SQLite keeps UTC text with milliseconds; julianday() turns it back into a number.
@@ -109,28 +242,96 @@ pub(super) const SQLITE: Dialect = Dialect {
     get: r#"SELECT container_id, term, lease_ms,
                    CAST(ROUND((julianday('now') - julianday("timestamp")) * 86400000.0) AS INTEGER) AS age_ms,
                    CAST(ROUND((julianday('now') - 2440587.5) * 86400000000.0) AS INTEGER) AS now_us,
-                   term_token
+                   term_token,
+                   CASE WHEN julianday(paused_until) > julianday('now') THEN
+                       CAST(ROUND((julianday(paused_until) - julianday('now')) * 86400000.0) AS INTEGER)
+                   END AS paused_ms,
+                   handover_to,
+                   CASE WHEN julianday(handover_until) > julianday('now') THEN
+                       CAST(ROUND((julianday(handover_until) - julianday('now')) * 86400000.0) AS INTEGER)
+                   END AS handover_ms,
+                   resign_term
             FROM service_leader_lock WHERE name = ?"#,
     ensure_row: r#"INSERT OR IGNORE INTO service_leader_lock (name, container_id, "timestamp", term, lease_ms)
                    VALUES (?, NULL, strftime('%Y-%m-%d %H:%M:%f', 'now'), 0, 0)"#,
     claim: r#"UPDATE service_leader_lock
               SET term = term + 1, container_id = ?, term_token = ?,
-                  "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?
+                  "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?,
+                  handover_to = NULL, handover_until = NULL, resign_term = NULL
               WHERE name = ? AND term = ?
                 AND (container_id IS NULL
-                     OR (julianday('now') - julianday("timestamp")) * 86400000.0 >= lease_ms)"#,
+                     OR (julianday('now') - julianday("timestamp")) * 86400000.0 >= lease_ms)
+                AND (paused_until IS NULL OR julianday(paused_until) <= julianday('now'))
+                AND (handover_to IS NULL OR julianday(handover_until) <= julianday('now')
+                     OR handover_to = ?)"#,
     reacquire: r#"UPDATE service_leader_lock
                   SET term = term + 1, term_token = ?,
-                      "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?
-                  WHERE name = ? AND container_id = ? AND term = ?"#,
+                      "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?,
+                      handover_to = NULL, handover_until = NULL, resign_term = NULL
+                  WHERE name = ? AND container_id = ? AND term = ?
+                    AND (resign_term IS NULL OR resign_term <> term)
+                    AND (handover_to IS NULL OR julianday(handover_until) <= julianday('now')
+                         OR handover_to = ?)
+                    AND (paused_until IS NULL OR julianday(paused_until) <= julianday('now')
+                         OR (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms)"#,
     renew: r#"UPDATE service_leader_lock
               SET "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?
               WHERE name = ? AND container_id = ? AND term = ?
-                AND (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms"#,
+                AND (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms
+                AND (CASE WHEN resign_term = term THEN 1 ELSE 0 END) = ?
+                AND (CASE WHEN julianday(paused_until) > julianday('now') THEN 1 ELSE 0 END) = ?"#,
     release: r#"UPDATE service_leader_lock
                 SET container_id = NULL, "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now')
                 WHERE name = ? AND container_id = ? AND term = ?"#,
+    pause: r#"UPDATE service_leader_lock
+              SET paused_until = strftime('%Y-%m-%d %H:%M:%f', julianday('now') + ? / 86400000.0)
+              WHERE name = ?"#,
+    resume: r#"UPDATE service_leader_lock SET paused_until = NULL WHERE name = ?"#,
+    resign: r#"UPDATE service_leader_lock SET resign_term = term
+               WHERE name = ? AND container_id = ? AND term = ?
+                 AND (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms"#,
+    handover: r#"UPDATE service_leader_lock
+                 SET handover_to = ?, resign_term = term,
+                     handover_until = strftime('%Y-%m-%d %H:%M:%f',
+                                               julianday('now') + 2 * lease_ms / 86400000.0)
+                 WHERE name = ? AND container_id = ? AND term = ?
+                   AND (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms"#,
+    wake: None,
+    record_member: r#"INSERT INTO leaderd_member
+                          (election, node_id, candidate, priority, version, host, started, last_seen)
+                      VALUES (?, ?, ?, ?, ?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now'),
+                              strftime('%Y-%m-%d %H:%M:%f', 'now'))
+                      ON CONFLICT (election, node_id) DO UPDATE SET
+                          candidate = excluded.candidate, priority = excluded.priority,
+                          version = excluded.version, host = excluded.host,
+                          last_seen = excluded.last_seen,
+                          started = CASE WHEN ? = 1 THEN excluded.started
+                                         ELSE leaderd_member.started END"#,
+    hold_preemption: r#"UPDATE leaderd_member
+                        SET no_preempt_until = strftime('%Y-%m-%d %H:%M:%f',
+                                                        julianday('now') + ? / 86400000.0)
+                        WHERE election = ? AND node_id = ?"#,
+    members: r#"SELECT node_id, candidate, priority, version, host,
+                       CAST(ROUND((julianday('now') - julianday(started)) * 86400000.0) AS INTEGER) AS member_ms,
+                       CAST(ROUND((julianday('now') - julianday(last_seen)) * 86400000.0) AS INTEGER) AS seen_ms,
+                       CASE WHEN julianday(no_preempt_until) > julianday('now') THEN
+                           CAST(ROUND((julianday(no_preempt_until) - julianday('now')) * 86400000.0) AS INTEGER)
+                       END AS no_preempt_ms
+                FROM leaderd_member WHERE election = ? ORDER BY node_id"#,
+    prune_members: r#"DELETE FROM leaderd_member
+                      WHERE election = ?
+                        AND julianday(last_seen) < julianday('now') - ? / 86400000.0"#,
 };
+
+/// MySQL's wake-up lock (see `wakeup.rs`), named after the database and the election
+/// (`GET_LOCK` names are server-wide and at most 64 characters). (name, wait_s) -> taken:
+/// 1 once taken, 0 when the wait ran out, NULL on an error.
+pub(super) const MYSQL_WAKE_TAKE: &str =
+    "SELECT CAST(GET_LOCK(CONCAT('leaderd_wake_', LEFT(SHA2(CONCAT(DATABASE(), '/', ?), 256), 40)), ?)
+            AS SIGNED) AS taken";
+/// (name): lets go of the wake-up lock.
+pub(super) const MYSQL_WAKE_GIVE_BACK: &str =
+    "DO RELEASE_LOCK(CONCAT('leaderd_wake_', LEFT(SHA2(CONCAT(DATABASE(), '/', ?), 256), 40)))";
 
 /// A value bound to a statement.
 pub(super) enum Param<'a> {

@@ -16,11 +16,19 @@ struct Row {
     lease: Duration,
     renewed_at: Instant,
     term_token: Option<i64>,
+    /// `leaderd resign` (see [`MemoryStore::request_resign`]).
+    resign_term: Option<i64>,
+    /// `leaderd pause` (see [`MemoryStore::pause`]).
+    paused_until: Option<Instant>,
 }
 
 impl Row {
     fn live(&self, now: Instant) -> bool {
         self.holder.is_some() && now < self.renewed_at + self.lease
+    }
+
+    fn paused(&self, now: Instant) -> bool {
+        self.paused_until.is_some_and(|until| now < until)
     }
 }
 
@@ -137,8 +145,29 @@ impl MemoryStore {
                 lease,
                 renewed_at: Instant::now(),
                 term_token: None,
+                resign_term: None,
+                paused_until: None,
             },
         );
+    }
+
+    /// Asks the leader of `name`'s live term to step down, as `leaderd resign` does.
+    pub fn request_resign(&self, name: &str) -> bool {
+        let now = Instant::now();
+        match self.rows.lock().unwrap().get_mut(name) {
+            Some(row) if row.live(now) => {
+                row.resign_term = Some(row.term);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Pauses `name` for `duration`, as `leaderd pause` does.
+    pub fn pause(&self, name: &str, duration: Duration) {
+        if let Some(row) = self.rows.lock().unwrap().get_mut(name) {
+            row.paused_until = Some(Instant::now() + duration);
+        }
     }
 
     /// The row as the table has it now.
@@ -204,6 +233,14 @@ fn to_lease_row(row: &Row, now: Instant) -> LeaseRow {
         // One clock for everything here.
         clock_offset_us: Some(0),
         term_token: row.term_token,
+        pending: super::Pending {
+            paused_for: row
+                .paused_until
+                .filter(|until| now < *until)
+                .map(|until| until - now),
+            resign_term: row.resign_term,
+            ..super::Pending::default()
+        },
     }
 }
 
@@ -225,6 +262,8 @@ impl LeaseStore for MemoryStore {
                 lease: Duration::ZERO,
                 renewed_at: now,
                 term_token: None,
+                resign_term: None,
+                paused_until: None,
             });
         })
         .await
@@ -240,13 +279,15 @@ impl LeaseStore for MemoryStore {
     ) -> Result<bool, StoreError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.with_table("claim", move |rows, now| match rows.get_mut(&name) {
-            Some(row) if row.term == expected_term && !row.live(now) => {
+            Some(row) if row.term == expected_term && !row.live(now) && !row.paused(now) => {
                 *row = Row {
                     holder: Some(holder),
                     term: row.term + 1,
                     lease: ttl,
                     renewed_at: now,
                     term_token: Some(token.for_term(row.term + 1)),
+                    resign_term: None,
+                    paused_until: row.paused_until,
                 };
                 true
             }
@@ -265,8 +306,14 @@ impl LeaseStore for MemoryStore {
     ) -> Result<bool, StoreError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.with_table("reacquire", move |rows, now| match rows.get_mut(&name) {
-            Some(row) if row.term == term && row.holder.as_deref() == Some(holder.as_str()) => {
+            Some(row)
+                if row.term == term
+                    && row.holder.as_deref() == Some(holder.as_str())
+                    && row.resign_term != Some(term)
+                    && (row.live(now) || !row.paused(now)) =>
+            {
                 row.term += 1;
+                row.resign_term = None;
                 row.term_token = Some(token.for_term(row.term));
                 row.lease = ttl;
                 row.renewed_at = now;
@@ -277,19 +324,22 @@ impl LeaseStore for MemoryStore {
         .await
     }
 
-    async fn renew(
+    async fn renew_seeing(
         &mut self,
         name: &str,
         holder: &str,
         ttl: Duration,
         term: i64,
+        seen: super::Commands,
     ) -> Result<bool, StoreError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.with_table("renew", move |rows, now| match rows.get_mut(&name) {
             Some(row)
                 if row.term == term
                     && row.holder.as_deref() == Some(holder.as_str())
-                    && row.live(now) =>
+                    && row.live(now)
+                    && (row.resign_term == Some(term)) == seen.resign
+                    && row.paused(now) == seen.paused =>
             {
                 row.lease = ttl;
                 row.renewed_at = now;

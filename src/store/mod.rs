@@ -9,17 +9,24 @@ mod dialect;
 #[cfg(any(test, feature = "test-util"))]
 pub mod memory;
 mod notify;
+mod pooler;
 pub mod shared;
 mod sql;
+pub mod tls;
 mod url;
+mod wakeup;
 
 use futures_util::future::BoxFuture;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::timeout;
+use tracing::debug;
 
+pub use pooler::Pooler;
 pub use sql::DbConnection;
+/// Members not seen for this long are deleted.
+pub const MEMBER_PRUNE_AFTER: Duration = Duration::from_secs(100);
 pub use url::{Backend, DatabaseUrl, UrlError};
 
 /// The election's row as the database saw it at the moment it was read.
@@ -39,9 +46,59 @@ pub struct LeaseRow {
     /// Which process started the current term (see [`ProcessToken::for_term`]); `None`
     /// until a node that writes it starts a term (older versions do not).
     pub term_token: Option<i64>,
+    /// Operator commands pending on the row (see [`Pending`]).
+    pub pending: Pending,
+}
+
+/// Operator commands pending on an election's row (`leaderd pause`, `handover`, `resign`),
+/// as the database saw them at the read: times left are by the database clock.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pending {
+    /// How long the pause lasts yet (`None`: not paused).
+    pub paused_for: Option<Duration>,
+    /// The node a handover is for, while its window lasts (`None` once it is over).
+    pub handover_to: Option<String>,
+    /// How long the handover's window lasts yet.
+    pub handover_for: Option<Duration>,
+    /// The term whose leader was asked to step down.
+    pub resign_term: Option<i64>,
+}
+
+/// The commands a leader has seen on its row, which its renewals state: a renewal stating
+/// other commands than the row has matches nothing, and the leader reads the row (a read
+/// only when a command changed, so the steady state stays one statement a round).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Commands {
+    /// The leader was asked to step down from the term it renews.
+    pub resign: bool,
+    /// The election is paused.
+    pub paused: bool,
 }
 
 impl LeaseRow {
+    /// The commands pending on this row, as its leader in its term sees them.
+    pub fn commands(&self) -> Commands {
+        Commands {
+            resign: self.pending.resign_term == Some(self.term),
+            paused: self.paused(),
+        }
+    }
+
+    /// Whether the election is paused: no node takes a free or lapsed lease.
+    pub fn paused(&self) -> bool {
+        self.pending.paused_for.is_some()
+    }
+
+    /// Whether `node` may not claim because the row is handed over to another node.
+    pub fn handed_over_away_from(&self, node: &str) -> bool {
+        self.pending.handover_for.is_some()
+            && self
+                .pending
+                .handover_to
+                .as_deref()
+                .is_some_and(|to| to != node)
+    }
+
     /// The holder, if its lease is still live by the database clock.
     pub fn live_holder(&self) -> Option<&str> {
         self.holder.as_deref().filter(|_| self.age < self.lease)
@@ -60,6 +117,46 @@ impl LeaseRow {
         } else {
             Duration::ZERO
         }
+    }
+}
+
+/// What a running node records about itself in `leaderd_member` (see
+/// [`SqlStore::record_member`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberRecord {
+    pub election: String,
+    pub node_id: String,
+    /// Whether it may lead (an observer may not).
+    pub candidate: bool,
+    pub priority: i64,
+    /// leaderd's version.
+    pub version: String,
+    pub host: String,
+}
+
+/// A member of an election as the table has it, times by the database clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub node_id: String,
+    pub candidate: bool,
+    pub priority: i64,
+    pub version: String,
+    pub host: String,
+    /// Since the running process first recorded itself.
+    pub member_for: Duration,
+    /// Since its last record.
+    pub seen_ago: Duration,
+    /// It lost leadership through preemption: it preempts nobody for this long yet.
+    pub no_preempt_for: Option<Duration>,
+}
+
+/// How often a node records itself in `leaderd_member`.
+pub const MEMBER_PERIOD: Duration = Duration::from_secs(10);
+
+impl Member {
+    /// Not seen for three record periods: its process is gone (or cut off).
+    pub fn gone(&self) -> bool {
+        self.seen_ago > MEMBER_PERIOD * 3
     }
 }
 
@@ -90,6 +187,12 @@ pub enum StoreError {
         #[source]
         source: diesel::ConnectionError,
     },
+    #[error("cannot connect to {url}: {source}")]
+    Tls {
+        url: String,
+        #[source]
+        source: Box<tls::TlsError>,
+    },
     #[error("connecting to {url} timed out after {}", humantime::format_duration(*.after))]
     ConnectTimeout { url: String, after: Duration },
     #[error("query failed: {0}")]
@@ -112,6 +215,13 @@ pub enum StoreError {
     MigrationLockTimeout { lock: String, waited: Duration },
     #[error("database task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    #[error(
+        "{message}: the connection goes through a pooler in transaction mode (PgBouncer \
+         pool_mode = transaction), where a prepared statement does not outlive its \
+         transaction; set database.pooler = \"transaction\", or connect directly or through \
+         a pool in session mode"
+    )]
+    TransactionPooler { message: String },
 }
 
 impl StoreError {
@@ -119,12 +229,14 @@ impl StoreError {
     pub fn kind(&self) -> &'static str {
         match self {
             StoreError::Connect { .. } => "connect",
+            StoreError::Tls { .. } => "tls",
             StoreError::ConnectTimeout { .. } => "connect_timeout",
             StoreError::Query(_) => "query",
             StoreError::SchemaOutdated { .. } => "schema_outdated",
             StoreError::QueryTimeout { .. } => "query_timeout",
             StoreError::Migration(_) | StoreError::MigrationLockTimeout { .. } => "migration",
             StoreError::Task(_) => "task",
+            StoreError::TransactionPooler { .. } => "pooler",
         }
     }
 }
@@ -159,13 +271,28 @@ pub trait LeaseStore: Send {
         ttl: Duration,
         term: i64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Extends `holder`'s lease in `term` if it is still live.
+    /// Extends `holder`'s lease in `term` if it is still live (and no command this renewal
+    /// has not seen is pending: see [`LeaseStore::renew_seeing`]).
     fn renew(
         &mut self,
         name: &str,
         holder: &str,
         ttl: Duration,
         term: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.renew_seeing(name, holder, ttl, term, Commands::default())
+    }
+    /// [`LeaseStore::renew`], stating the commands pending on the row as the leader last
+    /// saw them: if the row's differ, nothing is renewed (`false`), and the leader reads
+    /// the row to tell a new command from a lost lease. A store without commands ignores
+    /// `seen`.
+    fn renew_seeing(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        term: i64,
+        seen: Commands,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Gives the row up if `holder` still holds it in `term`.
     fn release(
@@ -201,6 +328,8 @@ pub struct SqlStore {
     migrate_on_connect: bool,
     /// Connections run nothing but the operations asked for (see [`SqlStore::read_only`]).
     read_only: bool,
+    /// The side locks that wake waiting nodes where there is no NOTIFY (`wakeup.rs`),
+    wakeups: Arc<wakeup::Wakeups>,
 }
 
 /// What a connection opened for an operation does before it.
@@ -217,12 +346,31 @@ const MIGRATION_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl SqlStore {
     pub fn new(url: DatabaseUrl, timeouts: Timeouts, migrate_on_connect: bool) -> Self {
+        let url = Arc::new(url);
         SqlStore {
-            url: Arc::new(url),
+            wakeups: Arc::new(wakeup::Wakeups::new(Arc::clone(&url), timeouts.connect)),
+            url,
             timeouts,
             conn: None,
             migrate_on_connect,
             read_only: false,
+        }
+    }
+
+    /// Without the side locks that wake waiting nodes on MySQL and SQLite (`wakeup.rs`):
+    /// they take a connection per election, which a store shared by many elections is
+    /// there to avoid.
+    pub(super) fn without_wake_ups(mut self) -> Self {
+        self.wakeups = Arc::new(wakeup::Wakeups::disabled());
+        self
+    }
+
+    /// Tells the side lock of `name` whether this node holds it, after a write's answer.
+    fn note(&self, name: &str, holder: &str, answer: &Result<bool, StoreError>) {
+        match answer {
+            Ok(true) => self.wakeups.leading(name, Some(holder)),
+            Ok(false) => self.wakeups.leading(name, None),
+            Err(_) => {}
         }
     }
 
@@ -258,6 +406,7 @@ impl SqlStore {
         let url = Arc::clone(&self.url);
         let timeouts = self.timeouts;
         let migrate = self.migrate_on_connect;
+        let pooled = self.url.transaction_pooled();
         let opening = match self.read_only {
             true => Opening::Plain,
             false => opening,
@@ -276,15 +425,22 @@ impl SqlStore {
                         after: timeouts.connect,
                     })??;
                     let mut opened = if migrate {
-                        timeout(MIGRATION_TIMEOUT, opened.migrate())
-                            .await
-                            .map_err(|_| StoreError::QueryTimeout {
+                        let migrating = async {
+                            match pooled {
+                                true => opened.migrate_in_transaction().await,
+                                false => opened.migrate().await,
+                            }
+                        };
+                        timeout(MIGRATION_TIMEOUT, migrating).await.map_err(|_| {
+                            StoreError::QueryTimeout {
                                 after: MIGRATION_TIMEOUT,
-                            })??
+                            }
+                        })??
                     } else {
                         opened
                     };
-                    if opening == Opening::PrepareHandover {
+                    // Through a transaction pooler nothing stays prepared.
+                    if opening == Opening::PrepareHandover && !pooled {
                         timeout(timeouts.query, opened.prepare_handover())
                             .await
                             .map_err(|_| StoreError::QueryTimeout {
@@ -294,7 +450,16 @@ impl SqlStore {
                     opened
                 }
             };
-            match timeout(timeouts.query, op(&mut conn)).await {
+            let limited = async {
+                if !pooled {
+                    return op(&mut conn).await;
+                }
+                conn.begin_limited(timeouts.query).await?;
+                let value = op(&mut conn).await?;
+                conn.commit().await?;
+                Ok(value)
+            };
+            match timeout(timeouts.query, limited).await {
                 Ok(Ok(value)) => Ok((conn, value)),
                 Ok(Err(error)) => Err(error),
                 Err(_) => Err(StoreError::QueryTimeout {
@@ -309,13 +474,118 @@ impl SqlStore {
     }
 }
 
-impl LeaseStore for SqlStore {
-    async fn get(&mut self, name: &str) -> Result<Option<LeaseRow>, StoreError> {
+/// Operator commands and the members table: statements of their own, on the store's
+/// connection (the daemon records members on a store of their own, off its renewals).
+impl SqlStore {
+    /// Pauses `name` for `duration` (creating its row if needed) and wakes the nodes.
+    pub async fn pause(&mut self, name: &str, duration: Duration) -> Result<(), StoreError> {
         let name = name.to_owned();
-        self.run(Opening::PrepareHandover, move |c| {
-            Box::pin(async move { c.get(&name).await })
+        self.run(Opening::Plain, move |c| {
+            Box::pin(async move {
+                c.ensure_row(&name).await?;
+                c.pause(&name, duration).await?;
+                c.wake(&name).await
+            })
         })
         .await
+    }
+
+    /// Ends a pause of `name`; whether the row exists.
+    pub async fn resume(&mut self, name: &str) -> Result<bool, StoreError> {
+        let name = name.to_owned();
+        self.run(Opening::Plain, move |c| {
+            Box::pin(async move {
+                let found = c.resume(&name).await?;
+                c.wake(&name).await?;
+                Ok(found)
+            })
+        })
+        .await
+    }
+
+    /// Asks `holder`, leader of `name` in `term`, to step down (to `to` only, for a
+    /// handover); `false` if that lease is not live any more.
+    pub async fn request_step_down(
+        &mut self,
+        name: &str,
+        holder: &str,
+        term: i64,
+        to: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let (name, holder, to) = (name.to_owned(), holder.to_owned(), to.map(str::to_owned));
+        self.run(Opening::Plain, move |c| {
+            Box::pin(async move {
+                let asked = match &to {
+                    Some(to) => c.request_handover(&name, &holder, term, to).await?,
+                    None => c.request_resign(&name, &holder, term).await?,
+                };
+                if asked {
+                    c.wake(&name).await?;
+                }
+                Ok(asked)
+            })
+        })
+        .await
+    }
+
+    /// Records (or refreshes) a member; `fresh` on the process's first record.
+    pub async fn record_member(
+        &mut self,
+        record: &MemberRecord,
+        fresh: bool,
+    ) -> Result<(), StoreError> {
+        let record = record.clone();
+        self.run(Opening::Plain, move |c| {
+            Box::pin(async move { c.record_member(&record, fresh).await })
+        })
+        .await
+    }
+
+    /// Marks a member that lost leadership through preemption: it preempts nobody for `hold`.
+    pub async fn hold_preemption(
+        &mut self,
+        election: &str,
+        node_id: &str,
+        hold: Duration,
+    ) -> Result<(), StoreError> {
+        let (election, node_id) = (election.to_owned(), node_id.to_owned());
+        self.run(Opening::Plain, move |c| {
+            Box::pin(async move { c.hold_preemption(&election, &node_id, hold).await })
+        })
+        .await
+    }
+
+    /// The members of `election`, by node id.
+    pub async fn members(&mut self, election: &str) -> Result<Vec<Member>, StoreError> {
+        let election = election.to_owned();
+        self.run(Opening::Plain, move |c| {
+            Box::pin(async move { c.members(&election).await })
+        })
+        .await
+    }
+
+    /// Forgets the members of `election` not seen for [`MEMBER_PRUNE_AFTER`].
+    pub async fn prune_members(&mut self, election: &str) -> Result<(), StoreError> {
+        let election = election.to_owned();
+        self.run(Opening::Plain, move |c| {
+            Box::pin(async move { c.prune_members(&election, MEMBER_PRUNE_AFTER).await })
+        })
+        .await
+    }
+}
+
+impl LeaseStore for SqlStore {
+    async fn get(&mut self, name: &str) -> Result<Option<LeaseRow>, StoreError> {
+        let owned = name.to_owned();
+        let row = self
+            .run(Opening::PrepareHandover, move |c| {
+                Box::pin(async move { c.get(&owned).await })
+            })
+            .await;
+        if let Ok(Some(row)) = &row {
+            self.wakeups.seen(name, row.live_holder());
+        }
+        row
     }
 
     async fn ensure_row(&mut self, name: &str) -> Result<(), StoreError> {
@@ -334,11 +604,23 @@ impl LeaseStore for SqlStore {
         ttl: Duration,
         expected_term: i64,
     ) -> Result<bool, StoreError> {
-        let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.run(Opening::PrepareHandover, move |c| {
-            Box::pin(async move { c.claim(&name, &holder, token, ttl, expected_term).await })
-        })
-        .await
+        let (owned, holder_owned) = (name.to_owned(), holder.to_owned());
+        debug!(election = name, expected_term, "claim sent");
+        let answer = self
+            .run(Opening::PrepareHandover, move |c| {
+                Box::pin(async move {
+                    c.claim(&owned, &holder_owned, token, ttl, expected_term)
+                        .await
+                })
+            })
+            .await;
+        debug!(
+            election = name,
+            taken = matches!(answer, Ok(true)),
+            "claim answered"
+        );
+        self.note(name, holder, &answer);
+        answer
     }
 
     async fn reacquire(
@@ -349,43 +631,57 @@ impl LeaseStore for SqlStore {
         ttl: Duration,
         term: i64,
     ) -> Result<bool, StoreError> {
-        let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.run(Opening::PrepareHandover, move |c| {
-            Box::pin(async move { c.reacquire(&name, &holder, token, ttl, term).await })
-        })
-        .await
+        let (owned, holder_owned) = (name.to_owned(), holder.to_owned());
+        let answer = self
+            .run(Opening::PrepareHandover, move |c| {
+                Box::pin(async move { c.reacquire(&owned, &holder_owned, token, ttl, term).await })
+            })
+            .await;
+        self.note(name, holder, &answer);
+        answer
     }
 
-    async fn renew(
+    async fn renew_seeing(
         &mut self,
         name: &str,
         holder: &str,
         ttl: Duration,
         term: i64,
+        seen: Commands,
     ) -> Result<bool, StoreError> {
-        let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.run(Opening::Plain, move |c| {
-            Box::pin(async move { c.renew(&name, &holder, ttl, term).await })
-        })
-        .await
+        let (owned, holder_owned) = (name.to_owned(), holder.to_owned());
+        let answer = self
+            .run(Opening::Plain, move |c| {
+                Box::pin(async move { c.renew(&owned, &holder_owned, ttl, term, seen).await })
+            })
+            .await;
+        self.note(name, holder, &answer);
+        answer
     }
 
     async fn release(&mut self, name: &str, holder: &str, term: i64) -> Result<bool, StoreError> {
-        let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.run(Opening::PrepareHandover, move |c| {
-            Box::pin(async move { c.release(&name, &holder, term).await })
-        })
-        .await
+        let (owned, holder_owned) = (name.to_owned(), holder.to_owned());
+        debug!(election = name, term, "release sent");
+        let answer = self
+            .run(Opening::PrepareHandover, move |c| {
+                Box::pin(async move { c.release(&owned, &holder_owned, term).await })
+            })
+            .await;
+        // Whatever the answer: a wake-up is only a hint, and this node leads no more.
+        self.wakeups.leading(name, None);
+        answer
     }
 
     fn release_notifications(&self, name: &str) -> Option<tokio::sync::mpsc::Receiver<()>> {
         match self.url.backend() {
+            // LISTEN does not work through a pooler in transaction mode: waiting nodes poll.
+            Backend::Postgres if self.url.transaction_pooled() => None,
             Backend::Postgres => Some(notify::listen(
                 Arc::clone(&self.url),
                 self.timeouts.connect,
                 name,
             )),
-            _ => None,
+            Backend::Mysql | Backend::Sqlite => self.wakeups.wake_ups(name),
         }
     }
 }

@@ -5,7 +5,7 @@
 //! A notification is only a hint to poll now: nothing is decided on it, and polling goes
 //! on as before, so a lost notification or a dead listener costs time, never safety.
 
-use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use diesel_async::SimpleAsyncConnection;
 use futures_util::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +20,21 @@ pub const CHANNEL: &str = "leaderd_release";
 /// How often an idle listener checks its connection: a connection that died without a
 /// FIN or RST would otherwise go unnoticed.
 const PING_EVERY: Duration = Duration::from_secs(30);
+/// The check of an idle listener where the URL asks for a server that accepts writes: it
+/// also fails once the server turned read-only (a primary demoted while it runs), whose
+/// connections nothing else breaks, so the listener moves on to the new primary, where
+/// the releases are written.
+const PING_WRITABLE: &str = "DO $$ BEGIN IF current_setting('transaction_read_only') = 'on' \
+                             THEN RAISE EXCEPTION 'the server no longer accepts writes'; \
+                             END IF; END $$";
+
+fn ping_for(url: &DatabaseUrl) -> &'static str {
+    match url.expose().contains("target_session_attrs=read-write") {
+        true => PING_WRITABLE,
+        false => "SELECT 1",
+    }
+}
+
 /// Between attempts to reconnect a listener.
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);
 
@@ -71,8 +86,7 @@ async fn listen_until_failure(
     name: &str,
     wake: &mpsc::Sender<()>,
 ) -> Result<String, String> {
-    let mut conn = match timeout(connect_timeout, AsyncPgConnection::establish(url.expose())).await
-    {
+    let mut conn = match timeout(connect_timeout, super::tls::connect_postgres(url)).await {
         Ok(Ok(conn)) => conn,
         Ok(Err(error)) => return Err(format!("cannot connect: {error}")),
         Err(_) => return Err("connecting timed out".to_owned()),
@@ -92,6 +106,7 @@ async fn listen_until_failure(
         };
         match next {
             Ok(Some(Ok(notification))) if notification.payload == name => {
+                debug!(election = name, "wake-up: release notified");
                 let _ = wake.try_send(());
             }
             Ok(Some(Ok(_))) => {}
@@ -99,10 +114,12 @@ async fn listen_until_failure(
             Ok(None) => return Ok("connection closed".to_owned()),
             Err(_) => {
                 if !matches!(
-                    timeout(connect_timeout, conn.batch_execute("SELECT 1")).await,
+                    timeout(connect_timeout, conn.batch_execute(ping_for(url))).await,
                     Ok(Ok(()))
                 ) {
-                    return Ok("connection stopped answering".to_owned());
+                    return Ok("connection stopped answering, or its server no longer \
+                               accepts writes"
+                        .to_owned());
                 }
             }
         }

@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::Mutex;
 
-use super::{DatabaseUrl, LeaseRow, LeaseStore, ProcessToken, SqlStore, StoreError, Timeouts};
+use super::{
+    Commands, DatabaseUrl, LeaseRow, LeaseStore, ProcessToken, SqlStore, StoreError, Timeouts,
+};
 
 /// A cheap-to-clone handle; every clone shares the same connections.
 #[derive(Clone)]
@@ -25,7 +27,7 @@ impl SharedStore {
     /// `connections` connections to `url` (at least one), opened on first use.
     pub fn new(url: DatabaseUrl, timeouts: Timeouts, connections: usize, migrate: bool) -> Self {
         let connections = (0..connections.max(1))
-            .map(|_| Mutex::new(SqlStore::new(url.clone(), timeouts, migrate)))
+            .map(|_| Mutex::new(SqlStore::new(url.clone(), timeouts, migrate).without_wake_ups()))
             .collect();
         SharedStore {
             connections,
@@ -81,15 +83,20 @@ impl LeaseStore for SharedStore {
             .await
     }
 
-    async fn renew(
+    async fn renew_seeing(
         &mut self,
         name: &str,
         holder: &str,
         ttl: Duration,
         term: i64,
+        seen: Commands,
     ) -> Result<bool, StoreError> {
         let connection = self.pick();
-        connection.lock().await.renew(name, holder, ttl, term).await
+        connection
+            .lock()
+            .await
+            .renew_seeing(name, holder, ttl, term, seen)
+            .await
     }
 
     async fn release(&mut self, name: &str, holder: &str, term: i64) -> Result<bool, StoreError> {

@@ -3,10 +3,12 @@
 //! operation as one of the dialect's statements (see `dialect.rs`, which holds their SQL).
 
 use diesel::QueryableByName;
+use diesel::connection::CacheSize;
 use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel_async::{
-    AsyncConnection, AsyncMigrationHarness, AsyncMysqlConnection, AsyncPgConnection, RunQueryDsl,
-    SimpleAsyncConnection, sync_connection_wrapper::SyncConnectionWrapper,
+    AnsiTransactionManager, AsyncConnection, AsyncMigrationHarness, AsyncMysqlConnection,
+    AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection, TransactionManager,
+    sync_connection_wrapper::SyncConnectionWrapper,
 };
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use nix::errno::Errno;
@@ -14,8 +16,9 @@ use nix::fcntl::{Flock, FlockArg};
 use std::time::{Duration, SystemTime};
 
 use super::dialect::{Dialect, MYSQL, POSTGRES, Param, SQLITE, Statement};
+use super::pooler;
 use super::{Backend, DatabaseUrl};
-use super::{LeaseRow, ProcessToken, StoreError};
+use super::{Commands, LeaseRow, Member, MemberRecord, Pending, ProcessToken, StoreError};
 
 const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
 const MYSQL_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/mysql");
@@ -38,6 +41,34 @@ struct RowSql {
     now_us: i64,
     #[diesel(sql_type = Nullable<BigInt>)]
     term_token: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    paused_ms: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    handover_to: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    handover_ms: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    resign_term: Option<i64>,
+}
+
+#[derive(QueryableByName)]
+struct MemberSql {
+    #[diesel(sql_type = Text)]
+    node_id: String,
+    #[diesel(sql_type = BigInt)]
+    candidate: i64,
+    #[diesel(sql_type = BigInt)]
+    priority: i64,
+    #[diesel(sql_type = Text)]
+    version: String,
+    #[diesel(sql_type = Text)]
+    host: String,
+    #[diesel(sql_type = BigInt)]
+    member_ms: i64,
+    #[diesel(sql_type = BigInt)]
+    seen_ms: i64,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    no_preempt_ms: Option<i64>,
 }
 
 /// One open connection to whichever backend the URL names.
@@ -172,7 +203,14 @@ where
 }
 
 /// Columns later migrations added, which a table migrated for an older version lacks.
-const ADDED_COLUMNS: [&str; 1] = ["term_token"];
+const ADDED_COLUMNS: [&str; 6] = [
+    "term_token",
+    "paused_until",
+    "handover_to",
+    "handover_until",
+    "resign_term",
+    "leaderd_member",
+];
 
 /// Tells a statement that failed on a column the table lacks (a node of this version on a
 /// table nobody migrated yet) from other failures, so the error says what to do.
@@ -187,6 +225,19 @@ fn missing_column(error: StoreError) -> StoreError {
     }
     error
 }
+
+/// PostgreSQL's bounds on a statement, its lock waits and an abandoned transaction, as
+/// `SET` (the session) or `SET LOCAL` (one transaction) statements.
+fn postgres_limits(set: &str, limit_ms: i64) -> String {
+    format!(
+        "{set} statement_timeout = {limit_ms}; {set} lock_timeout = {limit_ms}; \
+         {set} idle_in_transaction_session_timeout = {}",
+        limit_ms.saturating_mul(4)
+    )
+}
+
+/// The key of the advisory lock through which PostgreSQL nodes take turns to migrate.
+const POSTGRES_MIGRATION_LOCK: i64 = 7026111822;
 
 fn unix_us(time: SystemTime) -> i64 {
     match time.duration_since(SystemTime::UNIX_EPOCH) {
@@ -213,21 +264,23 @@ impl DbConnection {
         };
         let conn = match url.backend() {
             Backend::Postgres => {
-                let mut conn = AsyncPgConnection::establish(url.expose())
+                let mut conn = super::tls::connect_postgres(url)
                     .await
-                    .map_err(connect_error)?;
-                conn.batch_execute(&format!(
-                    "SET statement_timeout = {limit}; SET lock_timeout = {limit}; \
-                     SET idle_in_transaction_session_timeout = {}; SET application_name = 'leaderd'",
-                    limit.saturating_mul(4)
-                ))
-                .await?;
+                    .map_err(pooler::explain)?;
+                if url.transaction_pooled() {
+                    // Each statement sets its own limits (`begin_limited`).
+                    conn.set_prepared_statement_cache_size(CacheSize::Disabled);
+                } else {
+                    conn.batch_execute(&format!(
+                        "{}; SET application_name = 'leaderd'",
+                        postgres_limits("SET", limit)
+                    ))
+                    .await?;
+                }
                 DbConnection::Postgres(conn)
             }
             Backend::Mysql => {
-                let mut conn = AsyncMysqlConnection::establish(url.expose())
-                    .await
-                    .map_err(connect_error)?;
+                let mut conn = super::tls::connect_mysql(url).await?;
                 let seconds = limit as f64 / 1000.0;
                 // MariaDB bounds every statement; MySQL only bounds SELECTs, and the row
                 // lock wait below covers the UPDATEs there.
@@ -282,11 +335,15 @@ impl DbConnection {
     async fn migrate_here(self, lock_wait: Duration) -> Result<Self, StoreError> {
         match self {
             DbConnection::Postgres(mut conn) => {
-                conn.batch_execute("SELECT pg_advisory_lock(7026111822)")
-                    .await?;
+                conn.batch_execute(&format!(
+                    "SELECT pg_advisory_lock({POSTGRES_MIGRATION_LOCK})"
+                ))
+                .await?;
                 let mut conn = run_migrations(conn, POSTGRES_MIGRATIONS)?;
-                conn.batch_execute("SELECT pg_advisory_unlock(7026111822)")
-                    .await?;
+                conn.batch_execute(&format!(
+                    "SELECT pg_advisory_unlock({POSTGRES_MIGRATION_LOCK})"
+                ))
+                .await?;
                 Ok(DbConnection::Postgres(conn))
             }
             DbConnection::Mysql(mut conn) => {
@@ -304,6 +361,56 @@ impl DbConnection {
                 )?))
             }
         }
+    }
+
+    /// [`DbConnection::migrate`] through a pooler in transaction mode (PostgreSQL), where
+    /// a session advisory lock would stay behind on whichever server connection took it:
+    /// every migration runs in one transaction (the harness's own become savepoints) that
+    /// first takes the lock at transaction level, so the commit or the end of the
+    /// connection releases it.
+    pub async fn migrate_in_transaction(self) -> Result<Self, StoreError> {
+        let DbConnection::Postgres(conn) = self else {
+            return self.migrate().await;
+        };
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            handle.block_on(async move {
+                let mut conn = conn;
+                AnsiTransactionManager::begin_transaction(&mut conn).await?;
+                // Bounded by the server too: a client that gives up leaves its waiting
+                // backend behind, which a pooler does not end.
+                conn.batch_execute(&format!(
+                    "SET LOCAL lock_timeout = {}; \
+                     SELECT pg_advisory_xact_lock({POSTGRES_MIGRATION_LOCK})",
+                    ms(MIGRATION_LOCK_WAIT)
+                ))
+                .await?;
+                let mut conn = run_migrations(conn, POSTGRES_MIGRATIONS)?;
+                AnsiTransactionManager::commit_transaction(&mut conn).await?;
+                Ok(DbConnection::Postgres(conn))
+            })
+        })
+        .await?
+    }
+
+    /// Through a pooler in transaction mode: opens the transaction one statement runs in,
+    /// with the limits a session would otherwise set once (see [`DbConnection::connect`]).
+    /// One round trip; [`DbConnection::commit`] ends it. Not tracked by diesel's
+    /// transaction manager: a connection on which either fails is dropped, which ends it.
+    pub async fn begin_limited(&mut self, statement_timeout: Duration) -> Result<(), StoreError> {
+        if let DbConnection::Postgres(conn) = self {
+            let limits = postgres_limits("SET LOCAL", ms(statement_timeout).max(1));
+            conn.batch_execute(&format!("BEGIN; {limits}")).await?;
+        }
+        Ok(())
+    }
+
+    /// Commits what [`DbConnection::begin_limited`] opened.
+    pub async fn commit(&mut self) -> Result<(), StoreError> {
+        if let DbConnection::Postgres(conn) = self {
+            conn.batch_execute("COMMIT").await?;
+        }
+        Ok(())
     }
 
     /// On PostgreSQL, prepares the statements of a handover (the claim, and the release
@@ -327,7 +434,7 @@ impl DbConnection {
             Statement::new(d.get, vec![Param::Text(name)])
                 .load(c)
                 .await
-                .map_err(|error| missing_column(error.into()))?
+                .map_err(|error| pooler::explain(missing_column(error.into())))?
         });
         let middle = sent + (unix_us(SystemTime::now()) - sent) / 2;
         Ok(rows.into_iter().next().map(|row| LeaseRow {
@@ -337,6 +444,16 @@ impl DbConnection {
             age: Duration::from_millis(row.age_ms.max(0) as u64),
             clock_offset_us: Some(row.now_us - middle),
             term_token: row.term_token,
+            pending: Pending {
+                paused_for: row
+                    .paused_ms
+                    .map(|ms| Duration::from_millis(ms.max(0) as u64)),
+                handover_to: row.handover_to.filter(|_| row.handover_ms.is_some()),
+                handover_for: row
+                    .handover_ms
+                    .map(|ms| Duration::from_millis(ms.max(0) as u64)),
+                resign_term: row.resign_term,
+            },
         }))
     }
 
@@ -350,7 +467,7 @@ impl DbConnection {
             Statement::new(statement(d), params)
                 .execute(c)
                 .await
-                .map_err(|error| missing_column(error.into()))?
+                .map_err(|error| pooler::explain(missing_column(error.into())))?
         }))
     }
 
@@ -374,6 +491,7 @@ impl DbConnection {
             Param::BigInt(ms(ttl)),
             Param::Text(name),
             Param::BigInt(expected_term),
+            Param::Text(holder),
         ];
         Ok(self.write(|d| d.claim, params).await? == 1)
     }
@@ -392,6 +510,7 @@ impl DbConnection {
             Param::Text(name),
             Param::Text(holder),
             Param::BigInt(term),
+            Param::Text(holder),
         ];
         Ok(self.write(|d| d.reacquire, params).await? == 1)
     }
@@ -402,14 +521,140 @@ impl DbConnection {
         holder: &str,
         ttl: Duration,
         term: i64,
+        seen: Commands,
     ) -> Result<bool, StoreError> {
         let params = vec![
             Param::BigInt(ms(ttl)),
             Param::Text(name),
             Param::Text(holder),
             Param::BigInt(term),
+            Param::BigInt(i64::from(seen.resign)),
+            Param::BigInt(i64::from(seen.paused)),
         ];
         Ok(self.write(|d| d.renew, params).await? == 1)
+    }
+
+    /// Pauses the election for `duration` (the row must exist); whether it did.
+    pub async fn pause(&mut self, name: &str, duration: Duration) -> Result<bool, StoreError> {
+        let params = vec![Param::BigInt(ms(duration)), Param::Text(name)];
+        Ok(self.write(|d| d.pause, params).await? == 1)
+    }
+
+    pub async fn resume(&mut self, name: &str) -> Result<bool, StoreError> {
+        Ok(self.write(|d| d.resume, vec![Param::Text(name)]).await? == 1)
+    }
+
+    /// Asks `holder`, leader in `term`, to step down; `false` if that lease is not live.
+    pub async fn request_resign(
+        &mut self,
+        name: &str,
+        holder: &str,
+        term: i64,
+    ) -> Result<bool, StoreError> {
+        let params = vec![Param::Text(name), Param::Text(holder), Param::BigInt(term)];
+        Ok(self.write(|d| d.resign, params).await? == 1)
+    }
+
+    /// Asks `holder`, leader in `term`, to step down in favour of `to`; `false` if that
+    /// lease is not live.
+    pub async fn request_handover(
+        &mut self,
+        name: &str,
+        holder: &str,
+        term: i64,
+        to: &str,
+    ) -> Result<bool, StoreError> {
+        let params = vec![
+            Param::Text(to),
+            Param::Text(name),
+            Param::Text(holder),
+            Param::BigInt(term),
+        ];
+        Ok(self.write(|d| d.handover, params).await? == 1)
+    }
+
+    /// Wakes the nodes of `name` that listen for notifications (PostgreSQL only).
+    pub async fn wake(&mut self, name: &str) -> Result<(), StoreError> {
+        #[derive(QueryableByName)]
+        struct Woken {
+            #[diesel(sql_type = Nullable<Text>)]
+            #[allow(dead_code)]
+            pg_notify: Option<String>,
+        }
+        if let DbConnection::Postgres(c) = self {
+            if let Some(wake) = POSTGRES.wake {
+                let _: Vec<Woken> = Statement::new(wake, vec![Param::Text(name)])
+                    .load(c)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn record_member(
+        &mut self,
+        record: &MemberRecord,
+        fresh: bool,
+    ) -> Result<(), StoreError> {
+        let params = vec![
+            Param::Text(&record.election),
+            Param::Text(&record.node_id),
+            Param::BigInt(i64::from(record.candidate)),
+            Param::BigInt(record.priority),
+            Param::Text(&record.version),
+            Param::Text(&record.host),
+            Param::BigInt(i64::from(fresh)),
+        ];
+        self.write(|d| d.record_member, params).await?;
+        Ok(())
+    }
+
+    pub async fn hold_preemption(
+        &mut self,
+        election: &str,
+        node_id: &str,
+        hold: Duration,
+    ) -> Result<(), StoreError> {
+        let params = vec![
+            Param::BigInt(ms(hold)),
+            Param::Text(election),
+            Param::Text(node_id),
+        ];
+        self.write(|d| d.hold_preemption, params).await?;
+        Ok(())
+    }
+
+    pub async fn members(&mut self, election: &str) -> Result<Vec<Member>, StoreError> {
+        let rows: Vec<MemberSql> = on_connection!(self, |c, d| {
+            Statement::new(d.members, vec![Param::Text(election)])
+                .load(c)
+                .await
+                .map_err(|error| missing_column(error.into()))?
+        });
+        let duration = |ms: i64| Duration::from_millis(ms.max(0) as u64);
+        Ok(rows
+            .into_iter()
+            .map(|row| Member {
+                node_id: row.node_id,
+                candidate: row.candidate != 0,
+                priority: row.priority,
+                version: row.version,
+                host: row.host,
+                member_for: duration(row.member_ms),
+                seen_ago: duration(row.seen_ms),
+                no_preempt_for: row.no_preempt_ms.map(duration),
+            })
+            .collect())
+    }
+
+    pub async fn prune_members(
+        &mut self,
+        election: &str,
+        older_than: Duration,
+    ) -> Result<(), StoreError> {
+        let params = vec![Param::Text(election), Param::BigInt(ms(older_than))];
+        self.write(|d| d.prune_members, params).await?;
+        Ok(())
     }
 
     pub async fn release(

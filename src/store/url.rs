@@ -4,6 +4,8 @@
 use serde::Serialize;
 use std::fmt;
 
+use super::pooler::Pooler;
+
 /// Which database a URL points at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -30,6 +32,8 @@ pub struct UrlError {
 pub struct DatabaseUrl {
     url: String,
     backend: Backend,
+    /// What sits between leaderd and the database (`database.pooler`).
+    pooler: Pooler,
 }
 
 impl DatabaseUrl {
@@ -53,7 +57,11 @@ impl DatabaseUrl {
                 )));
             }
         };
-        let parsed = DatabaseUrl { url, backend };
+        let parsed = DatabaseUrl {
+            url,
+            backend,
+            pooler: Pooler::None,
+        };
         match backend {
             Backend::Sqlite if parsed.sqlite_path().is_empty() => {
                 return Err(bad(
@@ -61,8 +69,17 @@ impl DatabaseUrl {
                 ));
             }
             Backend::Sqlite => {}
-            _ => {
+            Backend::Postgres => {
+                // The TLS parameters are checked here, so a bad one stops `check-config`;
+                // tokio-postgres checks the rest (it knows no verify-* modes).
+                let (rest, _) =
+                    super::tls::split(&parsed.url, backend).map_err(|e| bad(&e.to_string()))?;
+                check_postgres(&rest).map_err(|reason| bad(&reason))?
+            }
+            Backend::Mysql => {
                 url::Url::parse(&parsed.url).map_err(|e| bad(&format!("not a valid URL: {e}")))?;
+                // The TLS parameters are checked here, so a bad one stops `check-config`.
+                super::tls::split(&parsed.url, backend).map_err(|e| bad(&e.to_string()))?;
             }
         }
         Ok(parsed)
@@ -88,18 +105,52 @@ impl DatabaseUrl {
         if self.backend == Backend::Sqlite {
             return Err("an sqlite:// database has no password");
         }
-        let mut url = url::Url::parse(&self.url).map_err(|_| "not a valid URL")?;
-        url.set_password(Some(password))
-            .map_err(|()| "the URL has no host to log in to")?;
+        let url = match url::Url::parse(&self.url) {
+            Ok(mut url) => {
+                url.set_password(Some(password))
+                    .map_err(|()| "the URL has no host to log in to")?;
+                url.to_string()
+            }
+            Err(_) => multi_host::with_password(&self.url, password).ok_or("not a valid URL")?,
+        };
         Ok(DatabaseUrl {
-            url: url.to_string(),
+            url,
             backend: self.backend,
+            pooler: self.pooler,
         })
     }
 
     pub fn redacted(&self) -> String {
         redact(&self.url)
     }
+
+    /// This URL, reached through `pooler`.
+    pub fn with_pooler(mut self, pooler: Pooler) -> DatabaseUrl {
+        self.pooler = pooler;
+        self
+    }
+
+    /// What sits between leaderd and the database.
+    pub fn pooler(&self) -> Pooler {
+        self.pooler
+    }
+
+    /// Whether connections go through a pooler in transaction mode (PostgreSQL only): no
+    /// named prepared statements, no session settings, no LISTEN.
+    pub fn transaction_pooled(&self) -> bool {
+        self.backend == Backend::Postgres && self.pooler == Pooler::Transaction
+    }
+}
+
+/// A PostgreSQL URL as tokio-postgres (which connects) reads it. The url crate alone
+/// refuses libpq's multi-host form, `postgres://h1:5432,h2:5432/db`.
+fn check_postgres(text: &str) -> Result<(), String> {
+    if url::Url::parse(text).is_ok() && !text.contains(',') {
+        return Ok(());
+    }
+    text.parse::<tokio_postgres::Config>()
+        .map(|_| ())
+        .map_err(|e| format!("not a valid URL: {e}"))
 }
 
 fn redact(text: &str) -> String {
@@ -109,9 +160,64 @@ fn redact(text: &str) -> String {
             url.to_string()
         }
         Ok(_) => text.to_owned(),
-        // Unparseable: keep the scheme and host part only if there is no credential in it.
-        Err(_) if text.contains('@') => "<redacted>".to_owned(),
-        Err(_) => text.to_owned(),
+        Err(_) => multi_host::redact(text).unwrap_or_else(|| {
+            // Unparseable: keep it only if there is no credential in it.
+            match text.contains('@') {
+                true => "<redacted>".to_owned(),
+                false => text.to_owned(),
+            }
+        }),
+    }
+}
+
+/// libpq's multi-host URLs (`postgres://user:pw@h1:5432,h2:5433/db?…`), which the url crate
+/// cannot parse: the user information is found by hand.
+mod multi_host {
+    /// `(before the password, the password, after it)`, or `None` when `text` is not a
+    /// URL whose authority (up to the first `/`, `?` or `#`) has user information.
+    fn split(text: &str) -> Option<(&str, Option<&str>, &str)> {
+        let start = text.find("://")? + 3;
+        let rest = &text[start..];
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let authority = &rest[..authority_end];
+        let at = start + authority.rfind('@')?;
+        let user_info = &text[start..at];
+        Some(match user_info.find(':') {
+            Some(colon) => (
+                &text[..start + colon + 1],
+                Some(&text[start + colon + 1..at]),
+                &text[at..],
+            ),
+            None => (&text[..at], None, &text[at..]),
+        })
+    }
+
+    /// `text` with its password replaced by `***`; `None` if its credentials cannot be
+    /// told apart (a `@` outside the authority).
+    pub(super) fn redact(text: &str) -> Option<String> {
+        match split(text) {
+            Some((before, Some(_), after)) => Some(format!("{before}***{after}")),
+            Some((_, None, after)) if !after[1..].contains('@') => Some(text.to_owned()),
+            Some(_) => None,
+            None if !text.contains('@') => Some(text.to_owned()),
+            None => None,
+        }
+    }
+
+    /// `text` with `password` (percent-encoded) as its password.
+    pub(super) fn with_password(text: &str, password: &str) -> Option<String> {
+        let (before, _, after) = split(text)?;
+        let encoded: String = password
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let before = before.strip_suffix(':').unwrap_or(before);
+        Some(format!("{before}:{encoded}{after}"))
     }
 }
 
@@ -148,6 +254,44 @@ mod tests {
         assert_eq!(with.expose(), "postgres://app:p%40ss%2Fw%3Ard@db:5432/app");
         let sqlite = DatabaseUrl::parse("sqlite://x.db").unwrap();
         assert!(sqlite.with_password("pw").is_err());
+    }
+
+    #[test]
+    fn multi_host_postgres_urls_parse_and_redact() {
+        let text = "postgres://app:s3cret@h1:5432,h2:5433/app?target_session_attrs=read-write";
+        let url = DatabaseUrl::parse(text).unwrap();
+        assert_eq!(url.backend(), Backend::Postgres);
+        assert_eq!(url.expose(), text);
+        assert_eq!(
+            url.to_string(),
+            "postgres://app:***@h1:5432,h2:5433/app?target_session_attrs=read-write"
+        );
+        assert!(!format!("{url:?}").contains("s3cret"));
+        let plain = DatabaseUrl::parse("postgres://h1,h2/app").unwrap();
+        assert_eq!(plain.to_string(), "postgres://h1,h2/app");
+        let user = DatabaseUrl::parse("postgres://app@h1,h2/app").unwrap();
+        let with = user.with_password("p@ss/w:rd").unwrap();
+        assert_eq!(with.expose(), "postgres://app:p%40ss%2Fw%3Ard@h1,h2/app");
+        assert_eq!(with.to_string(), "postgres://app:***@h1,h2/app");
+        let again = with.with_password("x").unwrap();
+        assert_eq!(again.expose(), "postgres://app:x@h1,h2/app");
+        let error = DatabaseUrl::parse("postgres://app:s3cret@h1:1,h2:port/app").unwrap_err();
+        assert!(!error.to_string().contains("s3cret"), "{error}");
+        let error =
+            DatabaseUrl::parse("postgres://h1,h2/app?target_session_attrs=writable").unwrap_err();
+        assert!(
+            error.to_string().contains("target_session_attrs"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_bad_tls_parameter_is_refused_when_parsed() {
+        let error = DatabaseUrl::parse("postgres://u:s3cret@db/app?sslmode=verify").unwrap_err();
+        assert!(error.reason.contains("sslmode=\"verify\""), "{error}");
+        assert!(!error.to_string().contains("s3cret"), "{error}");
+        assert!(DatabaseUrl::parse("mysql://db/app?ssl-mode=NOPE").is_err());
+        assert!(DatabaseUrl::parse("mysql://db/app?ssl-mode=VERIFY_IDENTITY").is_ok());
     }
 
     #[test]

@@ -23,7 +23,7 @@ use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
-const STEPS: usize = 12;
+const STEPS: usize = 14;
 /// Slack on top of ttl + interval for a leader to be back, on a loaded 2-core machine.
 const RECOVERY_SLACK: Duration = Duration::from_millis(1500);
 
@@ -58,9 +58,15 @@ enum Fault {
     DatabaseRestart,
     /// SIGTERM, and the node's link stalls at once: it steps down unable to release.
     TermWhileStalled,
+    /// `leaderd resign` from outside, while faults may still be settling.
+    Resign,
+    /// `leaderd handover --to` a random other node (which may be stalled or restarting).
+    Handover,
+    /// `leaderd pause` with the leader killed or stalled meanwhile, then resumed or let run out.
+    Pause,
 }
 
-const FAULTS: [Fault; 7] = [
+const FAULTS: [Fault; 10] = [
     Fault::KillRestart,
     Fault::StopCont,
     Fault::Stall,
@@ -68,6 +74,9 @@ const FAULTS: [Fault; 7] = [
     Fault::Latency,
     Fault::DatabaseRestart,
     Fault::TermWhileStalled,
+    Fault::Resign,
+    Fault::Handover,
+    Fault::Pause,
 ];
 
 struct Cluster {
@@ -139,6 +148,29 @@ impl Cluster {
         assert!(status.status.success(), "{status:?}");
     }
 
+    /// Runs `leaderd ARGS` against the database directly (an operator's host), sampling
+    /// meanwhile; its exit code.
+    async fn operator(&mut self, args: &[&str]) -> Option<i32> {
+        let mut child = common::leaderd()
+            .args(args)
+            .current_dir(&self.db.dir)
+            .env("LEADERD_DATABASE__URL", &self.db.url)
+            .env("LEADERD_ELECTION__NAME", &self.settings.election)
+            .env("LEADERD_LOG__LEVEL", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let limit = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(Instant::now() < limit, "leaderd {args:?} did not end");
+            self.watch(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Applies one fault and clears it again.
     async fn inject(&mut self, fault: Fault, rng: &mut Rng) {
         let ttl = self.settings.ttl;
@@ -206,6 +238,52 @@ impl Cluster {
                 self.leader();
                 self.nodes[index] = self.start_node(index);
             }
+            Fault::Resign => {
+                let code = self.operator(&["resign", "--wait", "5s"]).await;
+                // 0 moved, 4 no leader (a fault still settling), 5 nobody else took over.
+                assert!(matches!(code, Some(0 | 4 | 5)), "resign exited {code:?}");
+            }
+            Fault::Handover => {
+                let to = self.ids[rng.below(self.ids.len())].clone();
+                // Now and then the target is stalled as the leader steps down.
+                let stalled = (rng.below(3) == 0).then(|| {
+                    let index = self.ids.iter().position(|id| *id == to).unwrap();
+                    self.proxies[index].set(Mode::Stall);
+                    index
+                });
+                let code = self
+                    .operator(&["handover", "--to", &to, "--wait", "5s"])
+                    .await;
+                if let Some(index) = stalled {
+                    self.proxies[index].set(Mode::Pass);
+                }
+                assert!(
+                    matches!(code, Some(0 | 2 | 4 | 5)),
+                    "handover exited {code:?}"
+                );
+            }
+            Fault::Pause => {
+                let length = rng.millis(1000, 3000);
+                let spec = format!("{}ms", length.as_millis());
+                assert_eq!(self.operator(&["pause", "--for", &spec]).await, Some(0));
+                // The leader dies or stalls while paused: its lease stays unclaimed.
+                let index = self.victim(rng);
+                match rng.below(2) {
+                    0 => self.nodes[index].signal(Signal::SIGKILL),
+                    _ => self.proxies[index].set(Mode::Stall),
+                }
+                self.watch(length / 2).await;
+                if rng.below(2) == 0 {
+                    assert_eq!(self.operator(&["resume"]).await, Some(0));
+                } else {
+                    self.watch(length / 2 + Duration::from_millis(100)).await;
+                }
+                self.proxies[index].set(Mode::Pass);
+                if self.nodes[index].try_exit().is_some() {
+                    self.leader();
+                    self.nodes[index] = self.start_node(index);
+                }
+            }
         }
     }
 }
@@ -272,6 +350,15 @@ leader_command = { command = ["COMMAND"], stop_timeout = "200ms" }
     }
     while plan.len() < STEPS {
         plan.push(FAULTS[rng.below(FAULTS.len())]);
+    }
+    // A first leader (so the table is migrated) before an operator command can come.
+    let started = Instant::now();
+    while cluster.leader().is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "no first leader"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let mut exercised: BTreeMap<Fault, usize> = BTreeMap::new();
     let mut recoveries = Vec::new();

@@ -13,6 +13,7 @@ use std::process::Stdio;
 use std::time::Duration;
 use tokio::process::{Child, Command};
 
+mod cron;
 mod processes;
 
 const HELD: i32 = 75;

@@ -7,8 +7,14 @@ mod support;
 
 mod cli;
 mod cluster;
+mod control;
 mod faults;
 mod hooks;
 mod lock;
 mod ops;
+mod pooler;
+mod primary;
+mod steer;
 mod store;
+mod upgrade;
+mod wakeup;

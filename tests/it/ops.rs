@@ -1,6 +1,7 @@
 //! Running it where it lives: the systemd notify protocol on a real datagram socket,
-//! SIGHUP reloads, `status --local` exit codes, the HTTP endpoints, and the deployment
-//! files (systemd unit, Kubernetes manifests) checked offline.
+//! SIGHUP reloads, `status --local` exit codes, the HTTP endpoints, the pod role label
+//! against a stand-in API server, and the deployment files (systemd unit, Kubernetes
+//! manifests) checked offline.
 
 use crate::support as common;
 
@@ -15,6 +16,8 @@ use std::time::{Duration, Instant};
 
 mod alerts;
 mod deploy;
+mod kubernetes;
+mod package;
 
 /// Collects notify messages from a socket given to leaderd as NOTIFY_SOCKET.
 struct NotifySocket {

@@ -243,3 +243,124 @@ async fn a_status_never_made_durable_lets_the_lease_lapse_unreleased() {
     );
     assert_eq!(row.live_holder(), None, "and the lease lapsed on its own");
 }
+
+/// `leaderd resign` on the row: the leader's next renewal fails over to a read, which
+/// finds the request; it keeps renewing (stating it has seen it) and passes it on to the
+/// consumer of its events, which resigns through the handle once its work is stopped.
+#[tokio::test(start_paused = true)]
+async fn a_resign_request_on_the_row_goes_to_the_events_and_renewals_go_on() {
+    let table = MemoryStore::new();
+    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL).unwrap();
+    let store = table.handle();
+    let (mut election, status) = Election::new(settings, store.clone());
+    let resign = election.resign_handle();
+    let mut events = election.events();
+    tokio::spawn(election.run(std::future::pending()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let term = status.borrow().term.unwrap();
+    assert_eq!(status.borrow().role, Role::Leader);
+
+    let before = store.operations();
+    assert!(table.request_resign(ELECTION));
+    let requested = loop {
+        match events.recv().await.unwrap() {
+            RoleEvent::ResignRequested { term } => break term,
+            _ => continue,
+        }
+    };
+    assert_eq!(requested, term);
+    // Renew refused, read, renew again: three statements, once.
+    assert_eq!(store.operations() - before, 3);
+    // Its work stops meanwhile (here: three rounds); it still leads, renewing.
+    tokio::time::sleep(INTERVAL * 3 + Duration::from_millis(100)).await;
+    assert_eq!(status.borrow().role, Role::Leader);
+    assert_eq!(table.row(ELECTION).unwrap().live_holder(), Some("a"));
+    assert_eq!(
+        store.operations() - before,
+        6,
+        "one statement a round again"
+    );
+    resign.resign_term(term);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(table.row(ELECTION).unwrap().holder, None, "released");
+    assert_ne!(status.borrow().role, Role::Leader);
+}
+
+/// Without a consumer of its events (a bare election, `leaderd lock`) nothing can stop
+/// the leader's work before a release, so a resign request is refused: releasing at once
+/// would let another node start while that work still runs.
+#[tokio::test(start_paused = true)]
+async fn a_resign_request_without_an_event_consumer_is_refused() {
+    let table = MemoryStore::new();
+    let a = Node::start(&table, "a");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let b = Node::start(&table, "b");
+    run_checked(Duration::from_millis(500), &table, &[&a, &b]).await;
+    assert!(a.is_leader());
+    let term = a.status().term;
+    assert!(table.request_resign(ELECTION));
+    run_checked(TTL * 3, &table, &[&a, &b]).await;
+    assert!(a.is_leader(), "{:?}", a.status());
+    assert_eq!(a.status().term, term, "and in the same term");
+    assert!(!b.is_leader());
+}
+
+/// While paused, the leader keeps leading (and says paused); once its lease lapses
+/// nobody takes it until the pause ends.
+#[tokio::test(start_paused = true)]
+async fn a_pause_keeps_the_leader_and_holds_a_lapsed_lease_free() {
+    let table = MemoryStore::new();
+    let a = Node::start(&table, "a");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let b = Node::start(&table, "b");
+    run_checked(Duration::from_millis(500), &table, &[&a, &b]).await;
+    let term = a.status().term;
+    table.pause(ELECTION, Duration::from_secs(10));
+    run_checked(INTERVAL * 3, &table, &[&a, &b]).await;
+    assert!(a.is_leader());
+    assert_eq!(a.status().term, term);
+    assert!(a.status().paused && b.status().paused);
+    // The leader hangs: its lease lapses, and b leaves it be.
+    a.faults(Faults {
+        hang: true,
+        ..Faults::default()
+    });
+    run_checked(Duration::from_secs(5), &table, &[&a, &b]).await;
+    assert!(!b.is_leader() && !a.is_leader());
+    assert_eq!(table.row(ELECTION).unwrap().live_holder(), None);
+    // The pause ends (10 s after it began): b takes over.
+    run_checked(Duration::from_secs(4), &table, &[&a, &b]).await;
+    assert!(b.is_leader(), "{:?}", b.status());
+    assert!(!b.status().paused);
+}
+
+/// A pause that begins just before the leader's renewal reaches the database and is over
+/// before its read does (or a pause and a resume in quick succession): the read finds the
+/// lease still ours, live and in its term, with the commands as the leader knew them. The
+/// leader renews again rather than stepping down from a lease it holds.
+#[tokio::test(start_paused = true)]
+async fn a_pause_over_between_a_refused_renewal_and_its_read_keeps_the_leader() {
+    let table = MemoryStore::new();
+    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL).unwrap();
+    let store = table.handle();
+    let (election, status) = Election::new(settings, store.clone());
+    tokio::spawn(election.run(std::future::pending()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(status.borrow().role, Role::Leader);
+    let term = status.borrow().term;
+    let latency = Duration::from_millis(50);
+    store.set_faults(Faults {
+        latency,
+        ..Faults::default()
+    });
+    // Wait for the next renewal to be sent, then pause for less than the time until the
+    // read that follows a refusal reaches the table.
+    let sent = store.operations();
+    while store.operations() == sent {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    table.pause(ELECTION, latency + Duration::from_millis(10));
+    tokio::time::sleep(INTERVAL * 2).await;
+    assert_eq!(status.borrow().role, Role::Leader, "{:?}", status.borrow());
+    assert_eq!(status.borrow().term, term);
+}

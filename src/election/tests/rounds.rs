@@ -229,3 +229,32 @@ async fn role_changes_are_reported_as_events_in_order() {
     let _ = stop.send(());
     task.await.unwrap();
 }
+
+/// A gate from `extra_claim_gate` keeps a node from claiming even a free lease while it
+/// is closed (its reads go on), and lets it claim once opened again; the stop gate stays
+/// in force whatever the extra gate does.
+#[tokio::test(start_paused = true)]
+async fn an_extra_claim_gate_closes_and_reopens_candidacy() {
+    let table = MemoryStore::new();
+    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL).unwrap();
+    let (mut election, status) = Election::new(settings, table.handle());
+    let health = election.extra_claim_gate();
+    let stop_gate = election.claim_gate();
+    health.close();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(election.run(async move {
+        let _ = stopped.await;
+    }));
+    tokio::time::sleep(INTERVAL * 5).await;
+    assert_eq!(status.borrow().role, Role::Follower);
+    assert!(table.row(ELECTION).is_none_or(|row| row.holder.is_none()));
+    health.open();
+    tokio::time::sleep(INTERVAL * 2).await;
+    assert_eq!(status.borrow().role, Role::Leader);
+    assert_eq!(table.row(ELECTION).unwrap().holder.as_deref(), Some("a"));
+    // The stop gate, once closed, is not reopened by the health gate.
+    let _ = stop.send(());
+    stop_gate.close();
+    health.open();
+    task.await.unwrap();
+}

@@ -15,6 +15,7 @@ use crate::hooks::run::{HookContext, KILL_GRACE};
 /// Controls the hook supervisor from the edge of the program.
 pub struct Hooks {
     step_down: Option<oneshot::Sender<oneshot::Sender<()>>>,
+    resigns: mpsc::Sender<()>,
     reloads: mpsc::UnboundedSender<HooksConfig>,
     task: JoinHandle<()>,
     shutdown_timeout: Duration,
@@ -31,11 +32,14 @@ impl Hooks {
     ) -> Hooks {
         let (step_down, step_down_requests) = oneshot::channel();
         let (reloads, reloaded) = mpsc::unbounded_channel();
+        let (resigns, resign_requests) = mpsc::channel(1);
         let shutdown_timeout = config.shutdown_timeout;
         let supervisor = Supervisor::new(config, context, status, resign);
-        let task = tokio::spawn(supervisor.run(events, step_down_requests, reloaded));
+        let task =
+            tokio::spawn(supervisor.run(events, step_down_requests, reloaded, resign_requests));
         Hooks {
             step_down: Some(step_down),
+            resigns,
             reloads,
             task,
             shutdown_timeout,
@@ -67,8 +71,27 @@ impl Hooks {
         }
     }
 
+    /// A handle that makes this node, if it leads, step down through the full sequence
+    /// (leader work stopped, on_demoted, then the election resigns), as a leader_command
+    /// with step_down_on_exit does.
+    pub fn resigner(&self) -> HookResign {
+        HookResign(self.resigns.clone())
+    }
+
     /// Waits for the supervisor to end (after the election's event channel closed).
     pub async fn join(self) {
         let _ = self.task.await;
+    }
+}
+
+/// See [`Hooks::resigner`].
+#[derive(Debug, Clone)]
+pub struct HookResign(mpsc::Sender<()>);
+
+impl HookResign {
+    /// Steps down if this node leads; nothing otherwise. Never waits.
+    pub fn resign(&self) {
+        // One pending request is enough.
+        let _ = self.0.try_send(());
     }
 }

@@ -19,7 +19,7 @@ fn the_systemd_unit_passes_systemd_analyze_verify() {
     let path = dir.join("leaderd.service");
     std::fs::write(
         &path,
-        unit.replace("/usr/local/bin/leaderd", env!("CARGO_BIN_EXE_leaderd")),
+        unit.replace("/usr/bin/leaderd", env!("CARGO_BIN_EXE_leaderd")),
     )
     .unwrap();
     let output = std::process::Command::new("systemd-analyze")
@@ -34,7 +34,7 @@ fn the_systemd_unit_passes_systemd_analyze_verify() {
     );
 }
 
-fn tempdir(prefix: &str) -> std::path::PathBuf {
+pub(super) fn tempdir(prefix: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(common::unique(prefix));
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -58,29 +58,82 @@ fn kubernetes_validate() -> std::process::Command {
     command
 }
 
+const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/kubernetes");
+
+/// The manifests (every YAML file but the kustomization), by file name.
+fn manifest_files() -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(MANIFESTS)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".yaml") && name != "kustomization.yaml")
+        .collect();
+    files.sort();
+    files
+}
+
+/// Every document of `file` as JSON, through the YAML parser in kubernetes-validate's
+/// virtualenv.
+fn yaml_documents(file: &Path) -> Vec<serde_json::Value> {
+    let validate = kubernetes_validate().get_program().to_owned();
+    let python = Path::new(&validate).with_file_name("python3");
+    let output = std::process::Command::new(python)
+        .args([
+            "-c",
+            "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
+        ])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// The one resource of `kind` named `name` among all the manifests.
+fn resource(all: &[serde_json::Value], kind: &str, name: &str) -> serde_json::Value {
+    all.iter()
+        .find(|r| r["kind"] == kind && r["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind}/{name}"))
+        .clone()
+}
+
 #[test]
 fn the_kubernetes_manifests_pass_the_schema_check() {
-    let manifest = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/config/kubernetes/leaderd.yaml"
-    );
-    let output = kubernetes_validate().arg(manifest).output().unwrap();
+    let files = manifest_files();
+    let output = kubernetes_validate()
+        .args(files.iter().map(|f| Path::new(MANIFESTS).join(f)))
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&output.stdout).into_owned()
         + &String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{text}");
     for resource in [
+        "serviceaccount/leaderd",
+        "role/leaderd",
+        "rolebinding/leaderd",
         "configmap/leaderd",
         "deployment/leaderd",
         "service/leaderd-leader",
+        "service/leaderd-metrics",
+        "poddisruptionbudget/leaderd",
     ] {
         assert!(
             text.contains(&format!("passed for resource {resource}")),
             "{text}"
         );
     }
+    // Every file passed, nothing was skipped for want of a schema.
+    assert_eq!(
+        text.matches(" passed for resource ").count(),
+        files.len(),
+        "{text}"
+    );
     // The check can fail: a misspelt field is refused.
     let broken = tempdir("manifest").join("broken.yaml");
-    let original = std::fs::read_to_string(manifest).unwrap();
+    let original = std::fs::read_to_string(Path::new(MANIFESTS).join("deployment.yaml")).unwrap();
     std::fs::write(
         &broken,
         original.replace("terminationGracePeriodSeconds", "terminationGracePeriod"),
@@ -88,4 +141,156 @@ fn the_kubernetes_manifests_pass_the_schema_check() {
     .unwrap();
     let output = kubernetes_validate().arg(&broken).output().unwrap();
     assert!(!output.status.success(), "a misspelt field passed");
+}
+
+/// kustomization.yaml lists every manifest, and only those; `kubectl kustomize` builds
+/// it where kubectl is installed.
+#[test]
+fn the_kustomization_lists_every_manifest() {
+    let kustomization = yaml_documents(&Path::new(MANIFESTS).join("kustomization.yaml"));
+    let mut listed: Vec<String> = kustomization[0]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().to_owned())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, manifest_files());
+    if let Ok(output) = std::process::Command::new("kubectl")
+        .args(["kustomize", MANIFESTS])
+        .output()
+    {
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let built = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(
+            built.matches("\nkind: ").count() + built.starts_with("kind: ") as usize,
+            8,
+            "{built}"
+        );
+    }
+}
+
+/// What the issue asks of the manifest set, read from the files.
+#[test]
+fn the_kubernetes_manifests_route_by_label_and_every_pod_is_ready_when_healthy() {
+    let all: Vec<serde_json::Value> = manifest_files()
+        .iter()
+        .flat_map(|f| yaml_documents(&Path::new(MANIFESTS).join(f)))
+        .collect();
+    let config = resource(&all, "ConfigMap", "leaderd")["data"]["leaderd.toml"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let config: toml::Table = config.parse().unwrap();
+    let label = config["kubernetes"]["role_label"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // RBAC: get and patch pods, nothing else.
+    let role = resource(&all, "Role", "leaderd");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]}])
+    );
+    let binding = resource(&all, "RoleBinding", "leaderd");
+    assert_eq!(binding["roleRef"]["name"], "leaderd");
+    assert_eq!(binding["subjects"][0]["name"], "leaderd");
+
+    let deployment = resource(&all, "Deployment", "leaderd");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "leaderd");
+    let container = &pod["containers"][0];
+    for probe in ["readinessProbe", "livenessProbe"] {
+        assert_eq!(container[probe]["httpGet"]["path"], "/healthz", "{probe}");
+    }
+    // The downward API gives the pod's name and namespace.
+    let env = container["env"].as_array().unwrap();
+    let field = |name: &str| {
+        env.iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["valueFrom"]["fieldRef"]["fieldPath"].clone())
+    };
+    assert_eq!(field("POD_NAME"), Some("metadata.name".into()));
+    assert_eq!(field("POD_NAMESPACE"), Some("metadata.namespace".into()));
+    assert_eq!(config["log"]["format"].as_str(), Some("json"));
+    // Locked down, with scratch space.
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let mounts = container["volumeMounts"].as_array().unwrap();
+    let volume_at = |path: &str| {
+        let mount = mounts
+            .iter()
+            .find(|m| m["mountPath"] == path)
+            .unwrap_or_else(|| panic!("nothing mounted at {path}"));
+        pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .unwrap()
+            .clone()
+    };
+    assert!(volume_at("/tmp")["emptyDir"].is_object());
+    let status = config["status"]["path"].as_str().unwrap();
+    assert!(
+        volume_at(Path::new(status).parent().unwrap().to_str().unwrap())["emptyDir"].is_object()
+    );
+    // The database URL is a file of the mounted Secret, not an environment variable.
+    let url_file = Path::new(config["database"]["url_file"].as_str().unwrap());
+    let secret = volume_at(url_file.parent().unwrap().to_str().unwrap());
+    assert_eq!(secret["secret"]["secretName"], "leaderd-database");
+    assert!(
+        !env.iter()
+            .any(|e| e["valueFrom"]["secretKeyRef"].is_object())
+    );
+    // Spread over nodes.
+    assert!(
+        !pod["topologySpreadConstraints"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    // The grace period covers the hooks' budget, the release and the last label.
+    let shutdown =
+        humantime::parse_duration(config["hooks"]["shutdown_timeout"].as_str().unwrap()).unwrap();
+    let ttl = humantime::parse_duration(config["election"]["ttl"].as_str().unwrap()).unwrap();
+    let grace = Duration::from_secs(pod["terminationGracePeriodSeconds"].as_u64().unwrap());
+    assert!(
+        grace >= shutdown + ttl + Duration::from_secs(5) + Duration::from_secs(5),
+        "terminationGracePeriodSeconds {grace:?} for hooks.shutdown_timeout {shutdown:?}"
+    );
+
+    // Leader traffic follows the label; metrics come from every pod.
+    let leader = resource(&all, "Service", "leaderd-leader");
+    assert_eq!(leader["spec"]["selector"][&label], "leader");
+    let metrics = resource(&all, "Service", "leaderd-metrics");
+    assert_eq!(metrics["spec"]["clusterIP"], "None");
+    assert!(metrics["spec"]["selector"].get(&label).is_none());
+    let pdb = resource(&all, "PodDisruptionBudget", "leaderd");
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+
+    // The file is a configuration leaderd accepts (with a URL file that exists here).
+    let dir = tempdir("configmap");
+    let file = dir.join("leaderd.toml");
+    std::fs::write(&file, toml::to_string(&config).unwrap()).unwrap();
+    std::fs::write(dir.join("url"), "postgres://leaderd:pw@db:5432/app").unwrap();
+    let output = leaderd()
+        .args(["--config", file.to_str().unwrap(), "check-config"])
+        .env("LEADERD_DATABASE__URL_FILE", dir.join("url"))
+        .env("POD_NAME", "leaderd-0")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }

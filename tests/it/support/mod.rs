@@ -13,9 +13,11 @@ pub mod node;
 pub mod proxy;
 pub mod records;
 pub mod sampler;
+pub mod servers;
+pub mod tls;
 
 pub use db::{Backend, TestDb};
-pub use node::{Node, NodeSettings, StatusFile, leaderd, status_json};
+pub use node::{Node, NodeSettings, StatusFile, leaderd, status_json, wait_members};
 pub use sampler::{Sampler, agreed_leader, wait_agreed, wait_new_leader};
 
 use std::path::{Path, PathBuf};

@@ -113,6 +113,18 @@ impl Node {
         url: &str,
         env: &[(&str, &str)],
     ) -> Node {
+        Self::start_program(leaderd(), db, settings, id, url, env)
+    }
+
+    /// [`Node::start_with_env`] running `program` (another build of leaderd).
+    pub fn start_program(
+        mut command: Command,
+        db: &TestDb,
+        settings: &NodeSettings,
+        id: &str,
+        url: &str,
+        env: &[(&str, &str)],
+    ) -> Node {
         let status_path = db.dir.join(format!("{id}.status.json"));
         let log_path = db.dir.join(format!("{id}.log"));
         let log = std::fs::OpenOptions::new()
@@ -120,7 +132,6 @@ impl Node {
             .append(true)
             .open(&log_path)
             .unwrap();
-        let mut command = leaderd();
         if let Some(file) = &settings.config_file {
             command.arg("--config").arg(file);
         }
@@ -219,5 +230,22 @@ impl Drop for Node {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Waits until every node has recorded itself in the members table.
+pub async fn wait_members(db: &TestDb, election: &str, count: usize) {
+    let start = std::time::Instant::now();
+    loop {
+        let status = status_json(db, election);
+        let seen = status["members"].as_array().map_or(0, Vec::len);
+        if seen >= count {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "members: {status:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

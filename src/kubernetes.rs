@@ -1,0 +1,157 @@
+//! `[kubernetes] role_label`: this node labels its own pod `leader` or `follower`, so that
+//! a Service selecting the label routes to the leader. The label says where to route, not
+//! who may act: two pods can carry `leader` for a moment (an old leader whose patch to
+//! `follower` has not gone through yet), so whatever the leader does stays fenced by its
+//! term, as without Kubernetes.
+//!
+//! The keys are read whatever the build; the client (feature `kubernetes`) is in `label`.
+
+use std::path::PathBuf;
+use tokio::sync::watch;
+
+use crate::election::Status;
+
+#[cfg(feature = "kubernetes")]
+mod label;
+
+/// How long a stopped node waits for its pod's label to be back at `follower`. The
+/// manifests' `terminationGracePeriodSeconds` leaves room for it after the hooks' budget.
+#[cfg(feature = "kubernetes")]
+pub const SHUTDOWN_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum KubernetesError {
+    #[cfg(feature = "kubernetes")]
+    #[error(transparent)]
+    Label(#[from] label::LabelError),
+    #[cfg(not(feature = "kubernetes"))]
+    #[error(
+        "kubernetes.role_label = {0:?}, but this leaderd was built without pod labelling; \
+         build it with `cargo build --features kubernetes` (as the container image is), or \
+         remove the key"
+    )]
+    NotBuiltIn(String),
+}
+
+/// The role label, kept up to date in the background (nothing when `role_label` is unset).
+pub struct Labeling {
+    #[cfg(feature = "kubernetes")]
+    labeler: Option<label::Labeler>,
+}
+
+/// Starts labelling this node's pod when `config.role_label` is set. `stopping` turns
+/// true when the node is told to stop, and the label goes back to `follower` at once.
+pub fn start(
+    config: &KubernetesConfig,
+    statuses: watch::Receiver<Status>,
+    stopping: watch::Receiver<bool>,
+) -> Result<Labeling, KubernetesError> {
+    #[cfg(feature = "kubernetes")]
+    {
+        Ok(Labeling {
+            labeler: label::spawn_labeler(config, statuses, stopping)?,
+        })
+    }
+    #[cfg(not(feature = "kubernetes"))]
+    {
+        let _ = (statuses, stopping);
+        match &config.role_label {
+            Some(label) => Err(KubernetesError::NotBuiltIn(label.clone())),
+            None => Ok(Labeling {}),
+        }
+    }
+}
+
+impl Labeling {
+    /// Once the election has stopped: waits up to [`SHUTDOWN_LIMIT`] for the last label.
+    pub async fn finish(self) {
+        #[cfg(feature = "kubernetes")]
+        if let Some(labeler) = self.labeler {
+            labeler.finish(SHUTDOWN_LIMIT).await;
+        }
+    }
+}
+
+/// The validated `[kubernetes]` section. Labelling is on when `role_label` is set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KubernetesConfig {
+    /// The label key set to `leader` or `follower` on this node's pod.
+    pub role_label: Option<String>,
+    /// This node's pod: `kubernetes.pod_name`, else `POD_NAME`, else the host name (which
+    /// is the pod's name unless the pod sets `hostname`).
+    pub pod_name: Option<String>,
+    /// `kubernetes.namespace`, else `POD_NAMESPACE`, else the service account's namespace
+    /// file (read when the labeller starts).
+    pub namespace: Option<String>,
+    /// The API server: in-cluster (`KUBERNETES_SERVICE_HOST`/`_PORT`) unless set.
+    pub api_url: Option<String>,
+    /// The bearer token file: the service account's unless set. Read again as it rotates.
+    pub token_file: Option<PathBuf>,
+    /// The API server's CA bundle (PEM): the service account's unless set.
+    pub ca_file: Option<PathBuf>,
+}
+
+/// Why a `[kubernetes]` value is refused (reported under its key by the configuration).
+pub fn check_label_key(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                !part.is_empty()
+                    && part
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && !part.starts_with('-')
+                    && !part.ends_with('-')
+            })
+    });
+    if name_ok && prefix_ok {
+        Ok(())
+    } else {
+        Err(
+            "not a Kubernetes label key: write it as an optional DNS prefix and a name, \
+             such as \"leaderd.io/role\" (name: up to 63 letters, digits, '-', '_', '.')"
+                .into(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_keys() {
+        for good in [
+            "leaderd.io/role",
+            "role",
+            "a.b-c.d/x_y.z",
+            "app.kubernetes.io/r",
+        ] {
+            assert!(check_label_key(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "/role",
+            "leaderd.io/",
+            "Leaderd.io/role",
+            "-role",
+            "a/b/c",
+            "role-",
+        ] {
+            assert!(check_label_key(bad).is_err(), "{bad}");
+        }
+        assert!(check_label_key(&"x".repeat(64)).is_err());
+    }
+}
