@@ -177,7 +177,8 @@ async fn an_unreachable_database_at_start_is_waited_for(backend: Backend) {
         waited <= Duration::from_millis(1500),
         "retries are at most an interval apart: {waited:?}"
     );
-    assert!(node.log().contains("database reachable again"));
+    node.wait_log("database reachable again", Duration::from_secs(5))
+        .await;
 }
 
 /// `leaderd status` only reads: a monitoring role with nothing but SELECT on the table gets

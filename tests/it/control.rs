@@ -79,7 +79,9 @@ async fn resign_moves_leadership_and_the_old_leader_waits(backend: Backend) {
     let (agreed, new_term) = wait_new_leader(&mut sampler, &all, term).await;
     assert_eq!(agreed, new);
     // The old leader ran its step-down: its status said so before the release.
-    assert!(by_id(&nodes, &old).log().contains("asked to step down"));
+    by_id(&nodes, &old)
+        .wait_log("asked to step down", Duration::from_secs(5))
+        .await;
     // It does not take the lease back: the new leader keeps it.
     sampler.watch(&all, settings.ttl * 2).await;
     assert_eq!(agreed_leader(&sampler.sample(&all)), Some((new, new_term)));

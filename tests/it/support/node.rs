@@ -224,6 +224,25 @@ impl Node {
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
+
+    /// The log once it contains `needle`. The daemon writes its log from a thread of its
+    /// own, so a line logged before a role change can reach the file after the status
+    /// file shows that role.
+    pub async fn wait_log(&self, needle: &str, limit: Duration) -> String {
+        let start = std::time::Instant::now();
+        loop {
+            let log = self.log();
+            if log.contains(needle) {
+                return log;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "{} never logged {needle:?} within {limit:?}:\n{log}",
+                self.id
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 impl Drop for Node {
