@@ -316,6 +316,9 @@ impl<S: LeaseStore> Election<S> {
                     }
                     continue 'rounds;
                 }
+                // Due already (a wake-up, a command): now, not at the timer's next
+                // millisecond tick, which a sleep until a past instant waits for.
+                _ = std::future::ready(()), if next_round <= Instant::now() => {}
                 _ = sleep_until(next_round) => {}
             }
             let started = Instant::now();

@@ -201,7 +201,11 @@ impl MemoryStore {
         };
         let rows = Arc::clone(&self.rows);
         tokio::spawn(async move {
-            tokio::time::sleep(faults.latency).await;
+            // No sleep at all without latency: a zero sleep waits for the timer's next
+            // millisecond tick, a delay the tests of prompt wake-ups would see.
+            if !faults.latency.is_zero() {
+                tokio::time::sleep(faults.latency).await;
+            }
             if faults.hang {
                 std::future::pending::<()>().await;
             }
@@ -211,7 +215,9 @@ impl MemoryStore {
                 });
             }
             let value = op(&mut rows.lock().unwrap(), Instant::now());
-            tokio::time::sleep(faults.answer_delay).await;
+            if !faults.answer_delay.is_zero() {
+                tokio::time::sleep(faults.answer_delay).await;
+            }
             if writes && (faults.lose_write_answers || faults.lose_next_write_answer) {
                 return Err(StoreError::QueryTimeout {
                     after: faults.latency + faults.answer_delay,

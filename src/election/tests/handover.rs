@@ -30,6 +30,29 @@ async fn a_stopped_leader_releases_and_a_notified_follower_takes_over_at_once() 
     assert_eq!(operations, 1);
 }
 
+/// A wake-up is acted on in the same instant: a round due now does not wait for the
+/// timer's next millisecond tick (a sleep until an instant already past does).
+#[tokio::test(start_paused = true)]
+async fn a_notified_follower_claims_in_the_instant_of_the_release() {
+    let table = MemoryStore::new();
+    let mut a = Node::start(&table, "a");
+    until(Duration::from_millis(10), &table, &[&a], || a.is_leader()).await;
+    let mut b = Node::start(&table, "b");
+    run_checked(Duration::from_millis(1500), &table, &[&a, &b]).await;
+    // Mid-interval (b's next poll is far off, only the notification can wake it), and
+    // between two of the timer's millisecond ticks, as a real release is.
+    tokio::time::sleep(INTERVAL / 2).await;
+    tokio::time::advance(Duration::from_micros(300)).await;
+    a.stop().await;
+    let released = Instant::now();
+    b.status
+        .wait_for(|status| status.role == Role::Leader)
+        .await
+        .unwrap();
+    assert_eq!(Instant::now() - released, Duration::ZERO);
+    b.stop().await;
+}
+
 /// A release announced after a term b never saw: the claim in b's stale term changes
 /// nothing, and b reads the row and claims in the right one.
 #[tokio::test(start_paused = true)]
