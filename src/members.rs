@@ -1,7 +1,9 @@
 //! The node's record in `leaderd_member` (what `leaderd status` lists and `handover`
 //! checks), and preemption by priority. One task on a connection of its own, every
 //! [`MEMBER_PERIOD`]: it never shares the election's connection, so it cannot delay a
-//! renewal, and it adds one statement per period to the election's one per round.
+//! renewal, and it adds one statement per period to the election's one per round. The
+//! connection is closed between records: an idle node holds its election's connection
+//! and its wake-up channel, nothing more.
 //!
 //! Preemption: a leader that sees, when it records itself, a candidate of higher priority
 //! that has been a member (seen all along) for `election.preempt_after`, hands over to
@@ -100,6 +102,7 @@ async fn run(
                 RETRY_AFTER
             }
         };
+        store.disconnect();
         // A change of standing is recorded at once (a failing check, say), not a period
         // later.
         tokio::select! {

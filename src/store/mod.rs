@@ -389,6 +389,12 @@ impl SqlStore {
             .await
     }
 
+    /// Closes the connection, if one is open; the next operation opens another. For a
+    /// task that writes seldom and should hold no connection between its writes.
+    pub fn disconnect(&mut self) {
+        self.conn = None;
+    }
+
     /// Runs `op` on the connection, opening one first if needed.
     ///
     /// The work runs in its own task that owns the connection and hands it back only on

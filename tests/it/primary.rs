@@ -154,8 +154,8 @@ async fn a_read_only_old_primary_is_left_for_the_new_one() {
     let all: Vec<&Node> = setup.nodes.iter().collect();
     setup.sampler.watch(&all, Duration::from_secs(2)).await;
     // Every node's connections now go to the new primary, none to the old one: its
-    // election connection at once, its members connection (which writes every 10 s) at
-    // its next write.
+    // election connection at once (the members connection is opened for each record
+    // every 10 s and closed after, so it may or may not be there).
     let sessions = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'leaderd'";
     let start = Instant::now();
     loop {
@@ -163,13 +163,13 @@ async fn a_read_only_old_primary_is_left_for_the_new_one() {
             psql(setup.standby.port, sessions),
             psql(setup.primary.port, sessions),
         );
-        if on_new == "6" && on_old == "0" {
+        if on_new.parse::<u32>().is_ok_and(|n| n >= 3) && on_old == "0" {
             break;
         }
         assert!(
             start.elapsed() < Duration::from_secs(25),
-            "each node's two connections (election, members) belong on the new primary: \
-             {on_new} there, {on_old} on the read-only old one"
+            "each node's election connection belongs on the new primary: {on_new} there, \
+             {on_old} on the read-only old one"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -76,6 +76,9 @@ pub struct NodeSettings {
     pub interval: Duration,
     /// A configuration file (for hooks), passed with --config.
     pub config_file: Option<PathBuf>,
+    /// Where the status files go, if not in the test's directory (the benchmark puts
+    /// them on tmpfs, where the systemd unit and the Kubernetes manifest do).
+    pub status_dir: Option<PathBuf>,
 }
 
 impl Default for NodeSettings {
@@ -85,6 +88,7 @@ impl Default for NodeSettings {
             ttl: Duration::from_millis(1200),
             interval: Duration::from_secs(1),
             config_file: None,
+            status_dir: None,
         }
     }
 }
@@ -125,7 +129,11 @@ impl Node {
         url: &str,
         env: &[(&str, &str)],
     ) -> Node {
-        let status_path = db.dir.join(format!("{id}.status.json"));
+        let status_path = settings
+            .status_dir
+            .as_ref()
+            .unwrap_or(&db.dir)
+            .join(format!("{id}.status.json"));
         let log_path = db.dir.join(format!("{id}.log"));
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -219,6 +227,42 @@ impl Node {
     /// The exit code if the process has exited (`Some(None)`: killed by a signal).
     pub fn try_exit(&mut self) -> Option<Option<i32>> {
         self.child.try_wait().unwrap().map(|status| status.code())
+    }
+
+    /// The TCP connections this process holds open to `server` (from /proc: its socket
+    /// descriptors, matched against the host's TCP table).
+    pub fn connections_to(&self, server: std::net::SocketAddr) -> usize {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{}/fd", self.pid())) else {
+            return 0;
+        };
+        let sockets: std::collections::HashSet<String> = fds
+            .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter_map(|link| {
+                let link = link.to_string_lossy().into_owned();
+                Some(link.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+            })
+            .collect();
+        // "sl local_address rem_address st ... inode": the remote port in hex, st 01 for
+        // an established connection.
+        let port = format!(":{:04X}", server.port());
+        ["tcp", "tcp6"]
+            .iter()
+            .filter_map(|table| {
+                std::fs::read_to_string(format!("/proc/{}/net/{table}", self.pid())).ok()
+            })
+            .flat_map(|text| {
+                text.lines()
+                    .skip(1)
+                    .map(|line| line.split_whitespace().map(str::to_owned).collect())
+                    .collect::<Vec<Vec<String>>>()
+            })
+            .filter(|fields| {
+                fields.len() > 9
+                    && fields[2].ends_with(&port)
+                    && fields[3] == "01"
+                    && sockets.contains(&fields[9])
+            })
+            .count()
     }
 
     pub fn log(&self) -> String {
