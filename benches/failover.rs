@@ -350,12 +350,20 @@ async fn round_trips(backend: Backend, duration: Duration) -> (Vec<f64>, Vec<f64
 }
 
 /// RSS (MiB) and CPU time (ms) of an idle leader and follower over `duration`.
-async fn idle(backend: Backend, duration: Duration) -> [(f64, f64); 2] {
+/// An idle leader's and follower's memory, CPU over `duration`, and database connections
+/// (the most held at any of the samples taken every 500 ms; `None` on SQLite).
+async fn idle(backend: Backend, duration: Duration) -> [(f64, f64, Option<usize>); 2] {
     let db = TestDb::new(backend);
     let settings = NodeSettings::default();
+    // Over TCP, where the connections can be counted (mysql_async would take the
+    // server's Unix socket on this host).
+    let url = match backend {
+        Backend::Sqlite => db.url.clone(),
+        _ => db.url_via(db.server_addr()),
+    };
     let nodes: Vec<Node> = ["a", "b"]
         .iter()
-        .map(|id| Node::start_with_env(&db, &settings, id, &db.url, &[("RUST_LOG", "info")]))
+        .map(|id| Node::start_with_env(&db, &settings, id, &url, &[("RUST_LOG", "info")]))
         .collect();
     let mut sampler = Sampler::new();
     let all: Vec<&Node> = nodes.iter().collect();
@@ -381,11 +389,24 @@ async fn idle(backend: Backend, duration: Duration) -> [(f64, f64); 2] {
         kb / 1024.0
     };
     let before: Vec<f64> = nodes.iter().map(cpu).collect();
-    tokio::time::sleep(duration).await;
-    let measured: Vec<(f64, f64)> = nodes
+    let end = Instant::now() + duration;
+    let mut connections = [0; 2];
+    while Instant::now() < end {
+        if backend != Backend::Sqlite {
+            for (node, most) in nodes.iter().zip(&mut connections) {
+                *most = (*most).max(node.connections_to(db.server_addr()));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let measured: Vec<(f64, f64, Option<usize>)> = nodes
         .iter()
         .zip(before)
-        .map(|(n, cpu_before)| (rss(n), cpu(n) - cpu_before))
+        .zip(connections)
+        .map(|((n, cpu_before), most)| {
+            let held = (backend != Backend::Sqlite).then_some(most);
+            (rss(n), cpu(n) - cpu_before, held)
+        })
         .collect();
     let leader_index = nodes.iter().position(|n| n.id == leader).unwrap();
     [measured[leader_index], measured[1 - leader_index]]
@@ -513,11 +534,19 @@ fn main() {
             BACKENDS.map(|(backend, _)| idle(backend, Duration::from_secs(60))),
         )
         .await;
+        let held = |connections: Option<usize>| {
+            connections.map_or("— (a file)".to_owned(), |n| n.to_string())
+        };
         for ((_, name), [leader, follower]) in BACKENDS.iter().zip(idles) {
             let _ = writeln!(
                 idle_table,
-                "| {name} | {:.1} MiB | {:.0} ms | {:.1} MiB | {:.0} ms |",
-                leader.0, leader.1, follower.0, follower.1
+                "| {name} | {:.1} MiB | {:.0} ms | {} | {:.1} MiB | {:.0} ms | {} |",
+                leader.0,
+                leader.1,
+                held(leader.2),
+                follower.0,
+                follower.1,
+                held(follower.2)
             );
         }
     });
@@ -631,7 +660,10 @@ fn main() {
          `leaderd_statements_total` and `leaderd_rounds_total` over 20 s once both lead or follow.\n\n\
          | backend | role | rounds | median ms | p99 ms | statements per round |\n|---|---|---|---|---|---|\n{trips}\n\
          ## Idle resources (one minute, leader and follower)\n\n\
-         | backend | leader RSS | leader CPU | follower RSS | follower CPU |\n|---|---|---|---|---|\n{idle_table}\n\
+         Connections: the most each node held at any of the samples taken every 500 ms over\n\
+         the minute, over TCP: the election's, the wake-up channel's (LISTEN on PostgreSQL, the\n\
+         side lock on MariaDB) and, for a few milliseconds every 10 s, the members record's.\n\n\
+         | backend | leader RSS | leader CPU | leader connections | follower RSS | follower CPU | follower connections |\n|---|---|---|---|---|---|---|\n{idle_table}\n\
          ## Scale (one local PostgreSQL, one process)\n\n\
          Elections in this process share a few connections (`store::shared::SharedStore`);\n\
          contenders start spread over one interval; defaults otherwise (ttl 1200 ms, interval\n\

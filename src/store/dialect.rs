@@ -32,7 +32,10 @@ pub(super) struct Dialect {
     /// ours, if the commands pending on the row are the ones the leader has seen (0 or 1
     /// each): a new command makes it match nothing, and the leader reads the row.
     pub(super) renew: &'static str,
-    /// (name, holder, term): give the row up.
+    /// (name, holder, term): give the row up. On PostgreSQL its commit does not wait for
+    /// the WAL flush (`synchronous_commit` off for its own transaction): the holder has
+    /// stopped acting already, so a release lost in a server crash only leaves the lease
+    /// to lapse, as a stopped node's does, and the claim that follows it flushes it.
     pub(super) release: &'static str,
     /// (pause_ms, name): no claim of a free or lapsed lease for pause_ms.
     pub(super) pause: &'static str,
@@ -105,7 +108,9 @@ pub(super) const POSTGRES: Dialect = Dialect {
                     SET container_id = NULL, "timestamp" = clock_timestamp()
                     WHERE name = ? AND container_id = ? AND term = ?
                     RETURNING name)
-                SELECT pg_notify('leaderd_release', name) FROM released"#,
+                SELECT pg_notify('leaderd_release', name),
+                       set_config('synchronous_commit', 'off', true)
+                FROM released"#,
     pause: r#"UPDATE service_leader_lock
               SET paused_until = clock_timestamp() + ? * INTERVAL '1 millisecond'
               WHERE name = ?"#,
@@ -238,6 +243,12 @@ pub(super) const MYSQL: Dialect = Dialect {
 // 'now' is fixed for the duration of one statement, and read once it holds the database's
 // only write lock (after any busy wait): writes take turns, so a later one never stores an
 // earlier time.
+/// SQLite: a connection's commits do not wait for the disk (WAL mode), except those of
+/// a statement that starts a term (see `DbConnection::write_synced`).
+pub(super) const SQLITE_UNSYNCED: &str = "PRAGMA synchronous = NORMAL";
+/// SQLite: commits wait for the disk, for the statement about to run.
+pub(super) const SQLITE_SYNCED: &str = "PRAGMA synchronous = FULL";
+
 pub(super) const SQLITE: Dialect = Dialect {
     get: r#"SELECT container_id, term, lease_ms,
                    CAST(ROUND((julianday('now') - julianday("timestamp")) * 86400000.0) AS INTEGER) AS age_ms,

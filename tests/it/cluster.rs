@@ -340,6 +340,75 @@ fn slow_fsyncs(node: &Node, delay: &str) -> std::process::Child {
     child
 }
 
+/// Traces the fsyncs of `node` into `out`, with the path of each descriptor (`-y`).
+fn trace_fsyncs(node: &Node, out: &std::path::Path) -> std::process::Child {
+    let mut child = std::process::Command::new("strace")
+        .args(["-f", "-qq", "-y", "-e", "trace=fsync,fdatasync", "-o"])
+        .arg(out)
+        .arg("-p")
+        .arg(node.pid().to_string())
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .expect("strace runs (scripts/test.sh installs it)");
+    // strace attaches before it traces; a moment for it to attach every thread.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "strace could not attach"
+    );
+    child
+}
+
+/// Stops a trace and returns the fsyncs it saw of the database's write-ahead log.
+fn wal_syncs(mut strace: std::process::Child, out: &std::path::Path) -> usize {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(strace.id() as i32),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let _ = strace.wait();
+    std::fs::read_to_string(out)
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| line.contains(".sqlite3-wal>"))
+        .count()
+}
+
+/// On SQLite a renewal commits without waiting for the disk (every contender shares the
+/// database's host, so a power loss that undoes it ends them all), but a claim waits:
+/// a term is never handed out twice to hooks that use it as a fencing token.
+#[tokio::test(flavor = "multi_thread")]
+async fn sqlite_syncs_the_claim_of_a_term_and_not_the_renewals() {
+    let db = TestDb::new(Backend::Sqlite);
+    let settings = NodeSettings::default();
+    let mut sampler = Sampler::new();
+    let first = Node::start(&db, &settings, "first", &db.url);
+    wait_agreed(&mut sampler, &[&first]).await;
+    let second = Node::start(&db, &settings, "second", &db.url);
+    wait_agreed(&mut sampler, &[&first, &second]).await;
+    common::wait_members(&db, &settings.election, 2).await;
+
+    let renewals = db.dir.join("renewals.trace");
+    let strace = trace_fsyncs(&first, &renewals);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        wal_syncs(strace, &renewals),
+        0,
+        "three seconds of renewals synced the log"
+    );
+
+    let claim = db.dir.join("claim.trace");
+    let strace = trace_fsyncs(&second, &claim);
+    first.signal(Signal::SIGKILL);
+    sampler
+        .until(&[&second], SETTLE, "second takes over", |s| {
+            s[0].as_ref().is_some_and(StatusFile::is_leader)
+        })
+        .await;
+    assert!(wal_syncs(strace, &claim) >= 1, "the claim was not synced");
+    sampler.check_terms();
+}
+
 /// A graceful handover never leaves two status files saying "leader" with time left,
 /// even when the old leader's disk is slow: it releases the lease only once its status
 /// file durably says it stopped leading. PostgreSQL hands over in milliseconds, far

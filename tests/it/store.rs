@@ -219,6 +219,41 @@ async fn statements_are_prepared_once_per_connection(backend: Backend) {
     assert_eq!((cached.len(), distinct.len()), (5, 5), "{cached:#?}");
 }
 
+#[derive(diesel::QueryableByName)]
+struct Setting {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    setting: String,
+}
+
+/// PostgreSQL's release turns `synchronous_commit` off for its own transaction only: the
+/// connection's next writes (a node that resigned renews and claims on it again) still
+/// wait for the WAL flush.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_postgres_release_leaves_later_commits_synchronous() {
+    use diesel_async::RunQueryDsl;
+    let db = TestDb::new(Backend::Postgres);
+    let url = DatabaseUrl::parse(&db.url).unwrap();
+    let mut conn = DbConnection::connect(&url, TTL)
+        .await
+        .unwrap()
+        .migrate()
+        .await
+        .unwrap();
+    let name = "released";
+    conn.ensure_row(name).await.unwrap();
+    assert!(conn.claim(name, "a", any_token(), TTL, 0).await.unwrap());
+    assert!(conn.release(name, "a", 1).await.unwrap());
+    let DbConnection::Postgres(c) = &mut conn else {
+        unreachable!()
+    };
+    let now: Setting = diesel::sql_query("SELECT current_setting('synchronous_commit') AS setting")
+        .get_result(c)
+        .await
+        .unwrap();
+    assert_eq!(now.setting, "on");
+    assert!(conn.claim(name, "a", any_token(), TTL, 1).await.unwrap());
+}
+
 /// Runs each statement in turn on a connection of the test's own (an operator, or another
 /// node's statement caught mid-way).
 async fn execute_raw(conn: &mut DbConnection, statements: &[&str]) {
