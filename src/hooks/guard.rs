@@ -25,6 +25,10 @@
 //! which leaderd can set up without running code in the forked child, so it starts the
 //! guard with posix_spawn instead of fork (milliseconds on a busy or virtual host).
 //!
+//! A guard started ahead of leadership (`--await-command`) reads its hook from stdin when
+//! leadership begins, and has forked the hook's process ahead, into the hook's cgroup
+//! (see `super::stub`): starting the hook then costs one exec.
+//!
 //! PR_SET_PDEATHSIG fires when the *thread* that started the guard ends, not only the
 //! process. leaderd starts hooks from tokio worker threads, which live as long as the
 //! daemon's runtime; the fence pipe closing covers the process dying in any case. The
@@ -49,6 +53,7 @@ use std::process::ExitCode;
 use std::sync::OnceLock;
 
 use super::containment::{self, HookCgroup};
+use super::stub::Stub;
 use super::subreaper;
 
 pub const SUBCOMMAND: &str = "hook-guard";
@@ -107,6 +112,12 @@ pub fn run(daemon_pid: i32, start: Start, cgroup_parent: Option<PathBuf>) -> Exi
         eprintln!("leaderd hook-guard: cannot become a subreaper: {error}");
         return ExitCode::from(126);
     }
+    // An awaited hook gets its cgroup and its stub now, ahead of leadership; forking needs
+    // this process single-threaded, so nothing above starts a thread.
+    let stub = match start {
+        Start::Await => prepare_stub(cgroup_parent.as_deref()),
+        Start::Now { .. } => None,
+    };
     // Handled, not ignored: the program started below gets default dispositions back on
     // exec. Signals the daemon sends to the group reach that program directly; the guard
     // stays until it has exited.
@@ -129,6 +140,7 @@ pub fn run(daemon_pid: i32, start: Start, cgroup_parent: Option<PathBuf>) -> Exi
             }
         }
     });
+    let mut awaited_line = String::new();
     let (argv, env, fence) = match start {
         Start::Now { argv, fence: None } => (argv, Vec::new(), None),
         Start::Now {
@@ -147,30 +159,29 @@ pub fn run(daemon_pid: i32, start: Start, cgroup_parent: Option<PathBuf>) -> Exi
                 Ok(pipe) => pipe,
                 Err(why) => {
                     eprintln!("leaderd hook-guard: {why}");
-                    return ExitCode::from(126);
+                    return unused(stub, 126);
                 }
             };
-            let mut line = String::new();
-            match std::io::BufRead::read_line(&mut pipe, &mut line) {
+            match std::io::BufRead::read_line(&mut pipe, &mut awaited_line) {
                 // leaderd let it go unused (it stopped, or runs no such hook any more).
-                Ok(0) => return ExitCode::SUCCESS,
-                Ok(_) => match serde_json::from_str::<AwaitedCommand>(&line) {
+                Ok(0) => return unused(stub, 0),
+                Ok(_) => match serde_json::from_str::<AwaitedCommand>(&awaited_line) {
                     Ok(c) => (c.argv, c.env, Some((c.fence_until, 0, pipe))),
                     Err(error) => {
                         eprintln!("leaderd hook-guard: not a command: {error}");
-                        return ExitCode::from(126);
+                        return unused(stub, 126);
                     }
                 },
                 Err(error) => {
                     eprintln!("leaderd hook-guard: cannot read the command: {error}");
-                    return ExitCode::from(126);
+                    return unused(stub, 126);
                 }
             }
         }
     };
     let Some((program, args)) = argv.split_first() else {
         eprintln!("leaderd hook-guard: nothing to run");
-        return ExitCode::from(126);
+        return unused(stub, 126);
     };
     let mut command = std::process::Command::new(program);
     command.args(args).envs(env);
@@ -181,14 +192,12 @@ pub fn run(daemon_pid: i32, start: Start, cgroup_parent: Option<PathBuf>) -> Exi
         }
         if boottime_ns() >= until {
             eprintln!("leaderd hook-guard: the lease ended before the hook could start");
-            return ExitCode::from(125);
+            return unused(stub, 125);
         }
-        if let Some(parent) = cgroup_parent {
+        // An awaited hook's cgroup exists already (see `prepare_stub`).
+        if let Some(parent) = cgroup_parent.filter(|_| HOOK_CGROUP.get().is_none()) {
             match HookCgroup::create(&parent) {
                 Ok(cgroup) => {
-                    use std::os::unix::process::CommandExt;
-                    // SAFETY: the closure only writes to descriptors (async-signal-safe).
-                    unsafe { command.pre_exec(cgroup.join_in_child()) };
                     let _ = HOOK_CGROUP.set(cgroup);
                 }
                 Err(error) => eprintln!(
@@ -198,20 +207,31 @@ pub fn run(daemon_pid: i32, start: Start, cgroup_parent: Option<PathBuf>) -> Exi
                 ),
             }
         }
+        if let Some(cgroup) = HOOK_CGROUP.get() {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: the closure only writes to descriptors (async-signal-safe).
+            unsafe { command.pre_exec(cgroup.join_in_child()) };
+        }
         watch_fence(until, pipe);
     }
     let terminal = take_terminal(group);
-    let child = match command.spawn() {
-        Ok(child) => child,
-        Err(error) => {
-            eprintln!("leaderd hook-guard: cannot run {program:?}: {error}");
-            if let Some(cgroup) = HOOK_CGROUP.get() {
-                cgroup.remove();
+    // The stub execs the command; should it be gone, the hook starts the usual way (and
+    // joins the cgroup in pre_exec).
+    let started = stub.and_then(|stub| stub.start(&awaited_line).ok());
+    let main = match started {
+        Some(pid) => pid,
+        None => match command.spawn() {
+            Ok(child) => Pid::from_raw(child.id() as i32),
+            Err(error) => {
+                eprintln!("leaderd hook-guard: cannot run {program:?}: {error}");
+                if let Some(cgroup) = HOOK_CGROUP.get() {
+                    cgroup.remove();
+                }
+                return ExitCode::from(127);
             }
-            return ExitCode::from(127);
-        }
+        },
     };
-    let status = wait_reaping(Pid::from_raw(child.id() as i32));
+    let status = wait_reaping(main);
     if terminal {
         give_terminal_back(daemon_pid);
     }
@@ -228,6 +248,48 @@ pub fn run(daemon_pid: i32, start: Start, cgroup_parent: Option<PathBuf>) -> Exi
         }
         _ => ExitCode::FAILURE,
     }
+}
+
+/// Creates the awaited hook's cgroup (cgroup mode) and forks its stub into it. Without a
+/// stub the hook is started the usual way when asked, which costs a fork and, in cgroup
+/// mode, a move into the cgroup at that moment.
+fn prepare_stub(cgroup_parent: Option<&std::path::Path>) -> Option<Stub> {
+    if let Some(parent) = cgroup_parent {
+        match HookCgroup::create(parent) {
+            Ok(cgroup) => {
+                let _ = HOOK_CGROUP.set(cgroup);
+            }
+            Err(error) => eprintln!(
+                "leaderd hook-guard: cannot create a cgroup for the hook in {} ({error}); \
+                 holding it as a subreaper only",
+                parent.display()
+            ),
+        }
+    }
+    // SAFETY: `run` calls this before it starts any thread.
+    match unsafe { Stub::fork(HOOK_CGROUP.get()) } {
+        Ok(stub) => Some(stub),
+        Err(error) => {
+            eprintln!(
+                "leaderd hook-guard: cannot fork the hook ahead ({error}); will start it when asked"
+            );
+            None
+        }
+    }
+}
+
+/// Ends a guard whose hook never starts, with `code`: its stub exits (its command pipe
+/// closes) and is reaped, and the hook's cgroup goes.
+fn unused(stub: Option<Stub>, code: u8) -> ExitCode {
+    if let Some(stub) = stub {
+        let pid = stub.pid();
+        drop(stub);
+        let _ = waitpid(pid, None);
+    }
+    if let Some(cgroup) = HOOK_CGROUP.get() {
+        cgroup.remove();
+    }
+    ExitCode::from(code)
 }
 
 /// Waits for `main` to end, reaping every orphan of the hook that ends meanwhile (they are

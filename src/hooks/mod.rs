@@ -9,7 +9,8 @@
 //!
 //! * `run`: one hook run, fenced to the lease ([`run_leased`] for `leaderd lock`).
 //! * `supervisor`: which hook runs when, and the step-down sequence ([`Hooks`]).
-//! * `process` and [`guard`]: the hook process and the guard it runs under.
+//! * `process` and [`guard`]: the hook process and the guard it runs under; `stub`: the
+//!   process a pre-started guard forks ahead for its hook.
 //! * [`containment`] and `subreaper`: how the guard holds everything a fenced hook starts.
 //! * [`config`]: the `[hooks]` section.
 //! * [`health`]: `[election.health_check]`, a check run like a hook that gates candidacy.
@@ -20,6 +21,7 @@ pub mod guard;
 pub mod health;
 mod process;
 mod run;
+mod stub;
 mod subreaper;
 mod supervisor;
 

@@ -32,8 +32,17 @@ async fn written(path: &std::path::Path, never: &str) -> String {
     std::fs::read_to_string(path).unwrap()
 }
 
-/// Guards of this daemon (`leaderd hook-guard <daemon pid> …`) still running, by pid.
+/// Guards of this daemon (`leaderd hook-guard <daemon pid> …`) still running, by pid,
+/// and the stubs they forked (which have the same command line until they exec).
 fn guards_of(daemon: i32) -> Vec<String> {
+    guards_and_parents(daemon)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// [`guards_of`] with each one's parent pid.
+fn guards_and_parents(daemon: i32) -> Vec<(String, String)> {
     let daemon = daemon.to_string();
     std::fs::read_dir("/proc")
         .unwrap()
@@ -42,28 +51,29 @@ fn guards_of(daemon: i32) -> Vec<String> {
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
             let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let zombie = stat
-                .rsplit_once(") ")
-                .is_some_and(|(_, r)| r.starts_with('Z'));
+            let (_, rest) = stat.rsplit_once(") ")?;
+            let zombie = rest.starts_with('Z');
+            let parent = rest.split_whitespace().nth(1)?.to_owned();
             (args.get(1) == Some(&b"hook-guard".as_slice())
                 && args.get(2) == Some(&daemon.as_bytes())
                 && !zombie)
-                .then_some(pid)
+                .then_some((pid, parent))
         })
         .collect()
 }
 
-/// A follower keeps a guard started ahead of time, so that its on_elected does not wait
-/// for leaderd's binary to start when it is elected; that guard goes when the daemon
-/// goes, stopped or killed.
+/// A follower keeps a guard started ahead of time, with its hook's process forked ahead
+/// too (the stub), so that its on_elected waits neither for leaderd's binary to start nor
+/// for a fork when it is elected; both go when the daemon goes, stopped or killed.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_guard_started_ahead_runs_on_elected_and_goes_with_the_daemon() {
     let db = TestDb::new(Backend::Sqlite);
-    // The guard's and the hook's start times, in clock ticks since boot.
+    // The guard's and the hook's process start times, in clock ticks since boot, and the
+    // time since boot when the hook runs (seconds).
     let settings = hooks_config(
         &db,
         r#"
-on_elected = ["sh", "-c", "echo $(cut -d' ' -f22 /proc/$PPID/stat) $(cut -d' ' -f22 /proc/$$/stat) $(getconf CLK_TCK) > DIR/ages.tmp && mv DIR/ages.tmp DIR/ages.$LEADERD_NODE_ID"]
+on_elected = ["sh", "-c", "echo $(cut -d' ' -f22 /proc/$PPID/stat) $(cut -d' ' -f22 /proc/$$/stat) $(getconf CLK_TCK) $(cut -d' ' -f1 /proc/uptime) > DIR/ages.tmp && mv DIR/ages.tmp DIR/ages.$LEADERD_NODE_ID"]
 "#,
     );
     let mut a = start(&db, &settings, "a", &db.url);
@@ -72,26 +82,49 @@ on_elected = ["sh", "-c", "echo $(cut -d' ' -f22 /proc/$PPID/stat) $(cut -d' ' -
     let mut b = start(&db, &settings, "b", &db.url);
     let (_, term) = wait_agreed(&mut sampler, &[&a, &b]).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        guards_of(b.pid().as_raw()).len(),
-        1,
-        "b keeps one guard ready"
+    let ready = guards_and_parents(b.pid().as_raw());
+    let b_pid = b.pid().as_raw().to_string();
+    let guards: Vec<&String> = ready
+        .iter()
+        .filter(|(_, parent)| *parent == b_pid)
+        .map(|(pid, _)| pid)
+        .collect();
+    assert_eq!(guards.len(), 1, "b keeps one guard ready: {ready:?}");
+    // The cgroup the guard made ahead for its hook (where leaderd has cgroups to give:
+    // this test's own cgroup v2 is the daemon's), with the stub in it.
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let own = own.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+    let made = format!(
+        "{}{}/leaderd-hook-{}",
+        common::escape::cgroup2_mount(),
+        own.trim_end_matches('/'),
+        guards[0]
     );
+    if b.log().contains("hook containment: cgroup") {
+        let procs = std::fs::read_to_string(format!("{made}/cgroup.procs")).unwrap();
+        assert_eq!(procs.lines().count(), 1, "the stub alone in {made}");
+    }
+    assert_eq!(ready.len(), 2, "and one stub, the guard's child: {ready:?}");
 
     let a_pid = a.pid().as_raw();
     a.signal(Signal::SIGTERM);
     a.wait_exit(Duration::from_secs(10)).await;
     wait_new_leader(&mut sampler, &[&b], term).await;
-    let ages: Vec<u64> = written(&db.dir.join("ages.b"), "b's on_elected never ran")
+    let ages: Vec<f64> = written(&db.dir.join("ages.b"), "b's on_elected never ran")
         .await
         .split_whitespace()
         .map(|n| n.parse().unwrap())
         .collect();
-    let (guard, hook, ticks) = (ages[0], ages[1], ages[2]);
+    let (guard, hook, ticks, now) = (ages[0], ages[1], ages[2], ages[3] * ages[2]);
     assert!(
-        hook - guard >= ticks,
-        "the guard started {} ticks before the hook",
-        hook - guard
+        now - guard >= ticks,
+        "the guard started {} ticks before the hook ran",
+        now - guard
+    );
+    assert!(
+        now - hook >= ticks,
+        "the hook's process was forked {} ticks before it ran",
+        now - hook
     );
     assert_eq!(guards_of(a_pid), Vec::<String>::new(), "a stopped");
 
@@ -104,6 +137,14 @@ on_elected = ["sh", "-c", "echo $(cut -d' ' -f22 /proc/$PPID/stat) $(cut -d' ' -
             killed.elapsed() < Duration::from_secs(3),
             "b's guards outlived it: {:?}",
             guards_of(b_pid)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Nor does the hook's cgroup.
+    while std::path::Path::new(&made).exists() {
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "{made} outlived b"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
