@@ -645,15 +645,25 @@ fn main() {
          | backend | signal → role | etcd | met | signal → on_elected | 2× etcd | met | crash p99 | ≤ ttl + 50 ms | longest stage before the role (ms) |\n\
          |---|---|---|---|---|---|---|---|---|---|\n{goal_table}\n\
          Where a goal is missed, the stage table says which stage holds it back. What bounds\n\
-         the usual suspects on this machine: **→ release sent** includes making the status\n\
-         file durable (write, fsync, rename, fsync of the directory) before the release, which\n\
-         the fence requires so that no reader takes the old node for leader after another one\n\
-         leads; it costs what the disk's fsync costs. **→ claim answered** is one write\n\
-         statement's round trip, committed (on PostgreSQL a commit waits for its WAL flush).\n\
-         **role → hook** is starting the hook: the pre-started guard forks it, and with\n\
-         `hooks.containment = cgroup` moves it into a cgroup of its own first, then `sh` and\n\
-         `date` start. etcd's figure has none of these: its contender is told by a watch on\n\
-         a key it already holds open, and nothing is written to disk on the client side.\n\n\
+         each stage on this machine:\n\n\
+         * **→ release sent**: the old leader stops acting, and its status file says so\n  \
+         durably (write, fsync, rename, fsync of the directory; on tmpfs here) before the\n  \
+         release, as the fence requires. On a disk-backed path the two fsyncs add about 2 ms.\n\
+         * **→ release committed**: one write's round trip. It does not wait for the disk on\n  \
+         PostgreSQL (`synchronous_commit` off for the release alone) or SQLite (`synchronous =\n  \
+         NORMAL`); MariaDB has no such choice per statement, and its commit waits for the redo\n  \
+         log (docs/protocol.md, \"Which writes wait for the disk\").\n\
+         * **→ claim answered**: one write's round trip that must reach the disk before it is\n  \
+         answered (a term is never handed out twice), taken while the old leader's process and\n  \
+         connections end and the other follower's claim loses the same row, on two cores.\n\
+         * **role → hook**: starting the hook's processes: the pre-started guard hands the\n  \
+         command to a stub it forked ahead (in the hook's cgroup already, in cgroup mode),\n  \
+         which execs `sh`, which starts `date`.\n\n\
+         etcd needs one write per handover where leaderd needs two: the leader deletes its key,\n\
+         and the next contender, whose key was written when it began to campaign, leads from\n\
+         that revision on and learns it from a watch it holds open. leaderd's protocol is one\n\
+         row per election with no queue of contenders (seed 002): the successor takes the row\n\
+         with a write of its own, and that write must be durable.\n\n\
          ## Statement round trips, and statements per round\n\n\
          Two nodes; round trips from the debug log of each round's first statement (after the\n\
          first two, which connect and migrate), statements per round from the growth of\n\
