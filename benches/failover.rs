@@ -648,7 +648,8 @@ fn main() {
          each stage on this machine:\n\n\
          * **→ release sent**: the old leader stops acting, and its status file says so\n  \
          durably (write, fsync, rename, fsync of the directory; on tmpfs here) before the\n  \
-         release, as the fence requires. On a disk-backed path the two fsyncs add about 2 ms.\n\
+         release, as the fence requires. On a disk-backed path the two fsyncs add about 1.5 ms\n  \
+         here.\n\
          * **→ release committed**: one write's round trip. It does not wait for the disk on\n  \
          PostgreSQL (`synchronous_commit` off for the release alone) or SQLite (`synchronous =\n  \
          NORMAL`); MariaDB has no such choice per statement, and its commit waits for the redo\n  \
