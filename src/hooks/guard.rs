@@ -196,16 +196,7 @@ pub fn run(daemon_pid: i32, start: Start, cgroup_parent: Option<PathBuf>) -> Exi
         }
         // An awaited hook's cgroup exists already (see `prepare_stub`).
         if let Some(parent) = cgroup_parent.filter(|_| HOOK_CGROUP.get().is_none()) {
-            match HookCgroup::create(&parent) {
-                Ok(cgroup) => {
-                    let _ = HOOK_CGROUP.set(cgroup);
-                }
-                Err(error) => eprintln!(
-                    "leaderd hook-guard: cannot create a cgroup for the hook in {} ({error}); \
-                     holding it as a subreaper only",
-                    parent.display()
-                ),
-            }
+            create_hook_cgroup(&parent);
         }
         if let Some(cgroup) = HOOK_CGROUP.get() {
             use std::os::unix::process::CommandExt;
@@ -250,21 +241,27 @@ pub fn run(daemon_pid: i32, start: Start, cgroup_parent: Option<PathBuf>) -> Exi
     }
 }
 
+/// Creates the hook's cgroup under `parent` as [`HOOK_CGROUP`]; without one the hook is
+/// held by the subreaper alone.
+fn create_hook_cgroup(parent: &std::path::Path) {
+    match HookCgroup::create(parent) {
+        Ok(cgroup) => {
+            let _ = HOOK_CGROUP.set(cgroup);
+        }
+        Err(error) => eprintln!(
+            "leaderd hook-guard: cannot create a cgroup for the hook in {} ({error}); \
+             holding it as a subreaper only",
+            parent.display()
+        ),
+    }
+}
+
 /// Creates the awaited hook's cgroup (cgroup mode) and forks its stub into it. Without a
 /// stub the hook is started the usual way when asked, which costs a fork and, in cgroup
 /// mode, a move into the cgroup at that moment.
 fn prepare_stub(cgroup_parent: Option<&std::path::Path>) -> Option<Stub> {
     if let Some(parent) = cgroup_parent {
-        match HookCgroup::create(parent) {
-            Ok(cgroup) => {
-                let _ = HOOK_CGROUP.set(cgroup);
-            }
-            Err(error) => eprintln!(
-                "leaderd hook-guard: cannot create a cgroup for the hook in {} ({error}); \
-                 holding it as a subreaper only",
-                parent.display()
-            ),
-        }
+        create_hook_cgroup(parent);
     }
     // SAFETY: `run` calls this before it starts any thread.
     match unsafe { Stub::fork(HOOK_CGROUP.get()) } {

@@ -36,6 +36,17 @@ fn any_token() -> ProcessToken {
     ProcessToken::random()
 }
 
+/// A connection of the test's own to `db`, its tables migrated.
+async fn migrated(db: &TestDb) -> DbConnection {
+    let url = DatabaseUrl::parse(&db.url).unwrap();
+    DbConnection::connect(&url, TTL)
+        .await
+        .unwrap()
+        .migrate()
+        .await
+        .unwrap()
+}
+
 /// A new connection to the table of `db`.
 fn store<T: Table>(db: &T) -> T::Store {
     db.store()
@@ -174,13 +185,7 @@ async fn statements_are_prepared_once_per_connection(backend: Backend) {
     use diesel::connection::InstrumentationEvent;
     use diesel_async::AsyncConnection;
     let db = TestDb::new(backend);
-    let url = DatabaseUrl::parse(&db.url).unwrap();
-    let mut conn = DbConnection::connect(&url, TTL)
-        .await
-        .unwrap()
-        .migrate()
-        .await
-        .unwrap();
+    let mut conn = migrated(&db).await;
     let cached = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&cached);
     let record = move |event: InstrumentationEvent<'_>| {
@@ -232,13 +237,7 @@ struct Setting {
 async fn a_postgres_release_leaves_later_commits_synchronous() {
     use diesel_async::RunQueryDsl;
     let db = TestDb::new(Backend::Postgres);
-    let url = DatabaseUrl::parse(&db.url).unwrap();
-    let mut conn = DbConnection::connect(&url, TTL)
-        .await
-        .unwrap()
-        .migrate()
-        .await
-        .unwrap();
+    let mut conn = migrated(&db).await;
     let name = "released";
     conn.ensure_row(name).await.unwrap();
     assert!(conn.claim(name, "a", any_token(), TTL, 0).await.unwrap());
