@@ -153,6 +153,14 @@ struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl Logs {
     fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+        // tracing caches each callsite's interest for the whole process, from the thread
+        // that first reaches it: a parallel test's thread with no subscriber would cache
+        // "never", and this capture would miss the event. A do-nothing global subscriber
+        // keeps every thread interested; the capture below still gets this thread's.
+        static EVERY_THREAD_INTERESTED: std::sync::Once = std::sync::Once::new();
+        EVERY_THREAD_INTERESTED.call_once(|| {
+            let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+        });
         let logs = Logs::default();
         let writer = logs.clone();
         let subscriber = tracing_subscriber::fmt()
