@@ -18,7 +18,7 @@ use crate::logging::{self, LogFormat};
 use crate::operator::{self, MemberReport};
 use crate::signals;
 use crate::status_file::StatusDocument;
-use crate::store::{LeaseStore, StoreError};
+use crate::store::{ControlStore, LeaseStore, StoreError};
 
 mod cron_lock;
 use cron_lock::LockCronFlags;

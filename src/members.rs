@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::election::{Role, Status};
 use crate::hooks::health::Health;
 use crate::status_file::Standing;
-use crate::store::{MEMBER_PERIOD, Member, MemberRecord, SqlStore};
+use crate::store::{ControlStore, MEMBER_PERIOD, Member, MemberRecord, SqlStore};
 
 /// After a failed record, the next try comes this soon (a first start may wait for the
 /// election's connection to migrate the table).

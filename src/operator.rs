@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::config::Config;
 use crate::daemon::store;
-use crate::store::{LeaseRow, LeaseStore, Member, SqlStore, StoreError};
+use crate::store::{ControlStore, LeaseRow, LeaseStore, Member, SqlStore, StoreError};
 
 /// `resign`, `handover`: no live leader to step down.
 pub const EXIT_NO_LEADER: u8 = 4;

@@ -1,34 +1,350 @@
-//! An in-memory [`LeaseStore`] for unit tests of code built on leases: the same semantics
-//! as the SQL store, with tokio's clock as the "database clock" (so it works with paused
-//! time) and faults that can be switched on per handle.
+//! The lease table in memory: [`Table`] states, statement by statement, what the SQL in
+//! `dialect.rs` does to the election's row and the members table, with the database clock
+//! passed in; [`MemoryStore`] serves it as a [`LeaseStore`] and a [`ControlStore`] on
+//! tokio's clock (so it works with paused time), with faults that can be switched on per
+//! handle. The store contract tests (`tests/it/store/contract.rs`) hold it to the same
+//! assertions as the SQL stores, so the unit tests and the simulator that run on it cannot
+//! drift from what the databases do.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
-use super::{LeaseRow, LeaseStore, ProcessToken, StoreError};
+use super::{
+    Commands, ControlStore, LeaseRow, LeaseStore, Member, MemberRecord, Pending, ProcessToken,
+    StoreError,
+};
 
-#[derive(Debug)]
+/// One election's row (`service_leader_lock`).
+#[derive(Debug, Clone)]
 struct Row {
     holder: Option<String>,
     term: i64,
     lease: Duration,
+    /// The database time of the last claim, renewal or release (`"timestamp"`).
     renewed_at: Instant,
     term_token: Option<i64>,
-    /// `leaderd resign` (see [`MemoryStore::request_resign`]).
     resign_term: Option<i64>,
-    /// `leaderd pause` (see [`MemoryStore::pause`]).
     paused_until: Option<Instant>,
+    handover_to: Option<String>,
+    handover_until: Option<Instant>,
 }
 
 impl Row {
+    fn unheld(now: Instant) -> Row {
+        Row {
+            holder: None,
+            term: 0,
+            lease: Duration::ZERO,
+            renewed_at: now,
+            term_token: None,
+            resign_term: None,
+            paused_until: None,
+            handover_to: None,
+            handover_until: None,
+        }
+    }
+
+    /// Held, and the lease not lapsed by the database clock.
     fn live(&self, now: Instant) -> bool {
         self.holder.is_some() && now < self.renewed_at + self.lease
     }
 
     fn paused(&self, now: Instant) -> bool {
         self.paused_until.is_some_and(|until| now < until)
+    }
+
+    /// `handover_to IS NULL OR handover_until <= now OR handover_to = node`.
+    fn open_to(&self, node: &str, now: Instant) -> bool {
+        match (&self.handover_to, self.handover_until) {
+            (Some(to), Some(until)) => until <= now || to == node,
+            _ => true,
+        }
+    }
+
+    /// What a new term starts with: the commands of the old one are done.
+    fn start_term(&mut self, holder: &str, token: ProcessToken, ttl: Duration, now: Instant) {
+        self.term += 1;
+        self.holder = Some(holder.to_owned());
+        self.term_token = Some(token.for_term(self.term));
+        self.lease = ttl;
+        self.renewed_at = now;
+        self.handover_to = None;
+        self.handover_until = None;
+        self.resign_term = None;
+    }
+
+    fn to_lease_row(&self, now: Instant) -> LeaseRow {
+        let left = |until: Option<Instant>| until.filter(|u| now < *u).map(|u| u - now);
+        LeaseRow {
+            holder: self.holder.clone(),
+            term: self.term,
+            lease: self.lease,
+            age: now.saturating_duration_since(self.renewed_at),
+            // One clock for everything here.
+            clock_offset_us: Some(0),
+            term_token: self.term_token,
+            pending: Pending {
+                paused_for: left(self.paused_until),
+                handover_to: self.handover_to.clone(),
+                handover_for: left(self.handover_until),
+                resign_term: self.resign_term,
+            },
+        }
+    }
+}
+
+/// One node's row in `leaderd_member`.
+#[derive(Debug, Clone)]
+struct MemberRow {
+    candidate: bool,
+    priority: i64,
+    version: String,
+    host: String,
+    started: Instant,
+    last_seen: Instant,
+    no_preempt_until: Option<Instant>,
+}
+
+/// The tables, statement by statement. Every method is one statement of `dialect.rs`, run
+/// at database time `now`, and answers what the SQL answers (for a write: whether it
+/// matched the row).
+#[derive(Debug, Default, Clone)]
+pub struct Table {
+    rows: BTreeMap<String, Row>,
+    members: BTreeMap<(String, String), MemberRow>,
+}
+
+impl Table {
+    pub fn lease_row(&self, name: &str, now: Instant) -> Option<LeaseRow> {
+        self.rows.get(name).map(|row| row.to_lease_row(now))
+    }
+
+    pub fn ensure_row(&mut self, name: &str, now: Instant) {
+        self.rows
+            .entry(name.to_owned())
+            .or_insert_with(|| Row::unheld(now));
+    }
+
+    /// Takes a released or lapsed lease in `expected_term`, unless paused or handed over to
+    /// another node.
+    pub fn claim(
+        &mut self,
+        now: Instant,
+        name: &str,
+        holder: &str,
+        token: ProcessToken,
+        ttl: Duration,
+        expected_term: i64,
+    ) -> bool {
+        match self.rows.get_mut(name) {
+            Some(row)
+                if row.term == expected_term
+                    && !row.live(now)
+                    && !row.paused(now)
+                    && row.open_to(holder, now) =>
+            {
+                row.start_term(holder, token, ttl, now);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Starts the next term on a row `holder` still holds in `term`, unless asked to resign
+    /// it, handed over to another node, or paused with the lease lapsed.
+    pub fn reacquire(
+        &mut self,
+        now: Instant,
+        name: &str,
+        holder: &str,
+        token: ProcessToken,
+        ttl: Duration,
+        term: i64,
+    ) -> bool {
+        match self.rows.get_mut(name) {
+            Some(row)
+                if row.term == term
+                    && row.holder.as_deref() == Some(holder)
+                    && row.resign_term != Some(term)
+                    && row.open_to(holder, now)
+                    && (!row.paused(now) || row.live(now)) =>
+            {
+                row.start_term(holder, token, ttl, now);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Extends a live lease of `holder` in `term` if the commands pending on the row are
+    /// the ones it has seen. The lease never starts earlier than it did (MySQL's
+    /// `GREATEST`: a renewal that waited for the row lock reads an earlier clock).
+    pub fn renew(
+        &mut self,
+        now: Instant,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        term: i64,
+        seen: Commands,
+    ) -> bool {
+        match self.rows.get_mut(name) {
+            Some(row)
+                if row.term == term
+                    && row.holder.as_deref() == Some(holder)
+                    && row.live(now)
+                    && (row.resign_term == Some(term)) == seen.resign
+                    && row.paused(now) == seen.paused =>
+            {
+                row.lease = ttl;
+                row.renewed_at = row.renewed_at.max(now);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub fn release(&mut self, now: Instant, name: &str, holder: &str, term: i64) -> bool {
+        match self.rows.get_mut(name) {
+            Some(row) if row.term == term && row.holder.as_deref() == Some(holder) => {
+                row.holder = None;
+                row.renewed_at = now;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `leaderd pause`: creates the row if needed, as the command does.
+    pub fn pause(&mut self, now: Instant, name: &str, duration: Duration) {
+        self.ensure_row(name, now);
+        if let Some(row) = self.rows.get_mut(name) {
+            row.paused_until = Some(now + duration);
+        }
+    }
+
+    /// `leaderd resume`; whether the row exists.
+    pub fn resume(&mut self, name: &str) -> bool {
+        match self.rows.get_mut(name) {
+            Some(row) => {
+                row.paused_until = None;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `leaderd resign`: asks the leader of a live term to step down.
+    pub fn request_resign(&mut self, now: Instant, name: &str, holder: &str, term: i64) -> bool {
+        match self.rows.get_mut(name) {
+            Some(row)
+                if row.term == term && row.holder.as_deref() == Some(holder) && row.live(now) =>
+            {
+                row.resign_term = Some(term);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `leaderd handover --to`: as a resign, and only `to` may claim for two lease lengths.
+    pub fn request_handover(
+        &mut self,
+        now: Instant,
+        name: &str,
+        holder: &str,
+        term: i64,
+        to: &str,
+    ) -> bool {
+        match self.rows.get_mut(name) {
+            Some(row)
+                if row.term == term && row.holder.as_deref() == Some(holder) && row.live(now) =>
+            {
+                row.resign_term = Some(term);
+                row.handover_to = Some(to.to_owned());
+                row.handover_until = Some(now + row.lease * 2);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub fn record_member(&mut self, now: Instant, record: &MemberRecord, fresh: bool) {
+        let key = (record.election.clone(), record.node_id.clone());
+        let member = self.members.entry(key).or_insert_with(|| MemberRow {
+            candidate: record.candidate,
+            priority: record.priority,
+            version: record.version.clone(),
+            host: record.host.clone(),
+            started: now,
+            last_seen: now,
+            no_preempt_until: None,
+        });
+        member.candidate = record.candidate;
+        member.priority = record.priority;
+        member.version = record.version.clone();
+        member.host = record.host.clone();
+        member.last_seen = now;
+        if fresh {
+            member.started = now;
+        }
+    }
+
+    pub fn hold_preemption(&mut self, now: Instant, election: &str, node_id: &str, hold: Duration) {
+        if let Some(member) = self
+            .members
+            .get_mut(&(election.to_owned(), node_id.to_owned()))
+        {
+            member.no_preempt_until = Some(now + hold);
+        }
+    }
+
+    /// The members of `election`, by node id.
+    pub fn members(&self, now: Instant, election: &str) -> Vec<Member> {
+        self.members
+            .iter()
+            .filter(|((e, _), _)| e == election)
+            .map(|((_, node_id), m)| Member {
+                node_id: node_id.clone(),
+                candidate: m.candidate,
+                priority: m.priority,
+                version: m.version.clone(),
+                host: m.host.clone(),
+                member_for: now.saturating_duration_since(m.started),
+                seen_ago: now.saturating_duration_since(m.last_seen),
+                no_preempt_for: m.no_preempt_until.filter(|u| now < *u).map(|u| u - now),
+            })
+            .collect()
+    }
+
+    pub fn prune_members(&mut self, now: Instant, election: &str, older_than: Duration) {
+        self.members
+            .retain(|(e, _), m| e != election || m.last_seen + older_than >= now);
+    }
+
+    /// Replaces the row, as an operator, a stepped database clock or a node of a version
+    /// that does not write term tokens might.
+    pub fn overwrite(
+        &mut self,
+        now: Instant,
+        name: &str,
+        holder: &str,
+        term: i64,
+        lease: Duration,
+    ) {
+        let row = self
+            .rows
+            .entry(name.to_owned())
+            .or_insert_with(|| Row::unheld(now));
+        *row = Row {
+            holder: Some(holder.to_owned()),
+            term,
+            lease,
+            renewed_at: now,
+            ..Row::unheld(now)
+        };
     }
 }
 
@@ -54,7 +370,7 @@ pub struct Faults {
 /// onto the same table with faults of its own.
 #[derive(Debug, Clone)]
 pub struct MemoryStore {
-    rows: Arc<Mutex<HashMap<String, Row>>>,
+    table: Arc<Mutex<Table>>,
     /// Names released, for [`LeaseStore::release_notifications`] (like PostgreSQL's NOTIFY).
     releases: tokio::sync::broadcast::Sender<String>,
     /// Whether this handle (and handles made from it) offers release notifications.
@@ -72,7 +388,7 @@ pub struct MemoryStore {
 impl Default for MemoryStore {
     fn default() -> Self {
         MemoryStore {
-            rows: Arc::default(),
+            table: Arc::default(),
             releases: tokio::sync::broadcast::channel(16).0,
             notifies: true,
             listeners: Arc::default(),
@@ -110,7 +426,7 @@ impl MemoryStore {
     /// Another connection to the same table, without faults.
     pub fn handle(&self) -> Self {
         MemoryStore {
-            rows: Arc::clone(&self.rows),
+            table: Arc::clone(&self.table),
             releases: self.releases.clone(),
             notifies: self.notifies,
             listeners: Arc::clone(&self.listeners),
@@ -137,47 +453,35 @@ impl MemoryStore {
     /// Replaces the row, as an operator, a stepped database clock or a node of a version
     /// that does not write term tokens might.
     pub fn overwrite(&self, name: &str, holder: &str, term: i64, lease: Duration) {
-        self.rows.lock().unwrap().insert(
-            name.to_owned(),
-            Row {
-                holder: Some(holder.to_owned()),
-                term,
-                lease,
-                renewed_at: Instant::now(),
-                term_token: None,
-                resign_term: None,
-                paused_until: None,
-            },
-        );
+        let now = Instant::now();
+        self.table
+            .lock()
+            .unwrap()
+            .overwrite(now, name, holder, term, lease);
     }
 
     /// Asks the leader of `name`'s live term to step down, as `leaderd resign` does.
     pub fn request_resign(&self, name: &str) -> bool {
         let now = Instant::now();
-        match self.rows.lock().unwrap().get_mut(name) {
-            Some(row) if row.live(now) => {
-                row.resign_term = Some(row.term);
-                true
-            }
-            _ => false,
+        let mut table = self.table.lock().unwrap();
+        match table.lease_row(name, now) {
+            Some(row) => match row.live_holder().map(str::to_owned) {
+                Some(holder) => table.request_resign(now, name, &holder, row.term),
+                None => false,
+            },
+            None => false,
         }
     }
 
     /// Pauses `name` for `duration`, as `leaderd pause` does.
     pub fn pause(&self, name: &str, duration: Duration) {
-        if let Some(row) = self.rows.lock().unwrap().get_mut(name) {
-            row.paused_until = Some(Instant::now() + duration);
-        }
+        let now = Instant::now();
+        self.table.lock().unwrap().pause(now, name, duration);
     }
 
     /// The row as the table has it now.
     pub fn row(&self, name: &str) -> Option<LeaseRow> {
-        let now = Instant::now();
-        self.rows
-            .lock()
-            .unwrap()
-            .get(name)
-            .map(|r| to_lease_row(r, now))
+        self.table.lock().unwrap().lease_row(name, Instant::now())
     }
 
     /// Runs `op` on the table after the configured latency. Like a real database, an
@@ -185,12 +489,12 @@ impl MemoryStore {
     async fn with_table<T: Send + 'static>(
         &self,
         operation: &'static str,
-        op: impl FnOnce(&mut HashMap<String, Row>, Instant) -> T + Send + 'static,
+        op: impl FnOnce(&mut Table, Instant) -> T + Send + 'static,
     ) -> Result<T, StoreError> {
         self.operations
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         *self.last_operation.lock().unwrap() = operation;
-        let writes = !matches!(operation, "get" | "ensure_row");
+        let writes = matches!(operation, "claim" | "reacquire" | "renew" | "release");
         let faults = {
             let mut shared = self.faults.lock().unwrap();
             let for_this_operation = shared.clone();
@@ -199,7 +503,7 @@ impl MemoryStore {
             }
             for_this_operation
         };
-        let rows = Arc::clone(&self.rows);
+        let table = Arc::clone(&self.table);
         tokio::spawn(async move {
             // No sleep at all without latency: a zero sleep waits for the timer's next
             // millisecond tick, a delay the tests of prompt wake-ups would see.
@@ -214,7 +518,7 @@ impl MemoryStore {
                     after: faults.latency,
                 });
             }
-            let value = op(&mut rows.lock().unwrap(), Instant::now());
+            let value = op(&mut table.lock().unwrap(), Instant::now());
             if !faults.answer_delay.is_zero() {
                 tokio::time::sleep(faults.answer_delay).await;
             }
@@ -230,49 +534,17 @@ impl MemoryStore {
     }
 }
 
-fn to_lease_row(row: &Row, now: Instant) -> LeaseRow {
-    LeaseRow {
-        holder: row.holder.clone(),
-        term: row.term,
-        lease: row.lease,
-        age: now.saturating_duration_since(row.renewed_at),
-        // One clock for everything here.
-        clock_offset_us: Some(0),
-        term_token: row.term_token,
-        pending: super::Pending {
-            paused_for: row
-                .paused_until
-                .filter(|until| now < *until)
-                .map(|until| until - now),
-            resign_term: row.resign_term,
-            ..super::Pending::default()
-        },
-    }
-}
-
 impl LeaseStore for MemoryStore {
     async fn get(&mut self, name: &str) -> Result<Option<LeaseRow>, StoreError> {
         let name = name.to_owned();
-        self.with_table("get", move |rows, now| {
-            rows.get(&name).map(|r| to_lease_row(r, now))
-        })
-        .await
+        self.with_table("get", move |table, now| table.lease_row(&name, now))
+            .await
     }
 
     async fn ensure_row(&mut self, name: &str) -> Result<(), StoreError> {
         let name = name.to_owned();
-        self.with_table("ensure_row", move |rows, now| {
-            rows.entry(name).or_insert(Row {
-                holder: None,
-                term: 0,
-                lease: Duration::ZERO,
-                renewed_at: now,
-                term_token: None,
-                resign_term: None,
-                paused_until: None,
-            });
-        })
-        .await
+        self.with_table("ensure_row", move |table, now| table.ensure_row(&name, now))
+            .await
     }
 
     async fn claim(
@@ -284,20 +556,8 @@ impl LeaseStore for MemoryStore {
         expected_term: i64,
     ) -> Result<bool, StoreError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.with_table("claim", move |rows, now| match rows.get_mut(&name) {
-            Some(row) if row.term == expected_term && !row.live(now) && !row.paused(now) => {
-                *row = Row {
-                    holder: Some(holder),
-                    term: row.term + 1,
-                    lease: ttl,
-                    renewed_at: now,
-                    term_token: Some(token.for_term(row.term + 1)),
-                    resign_term: None,
-                    paused_until: row.paused_until,
-                };
-                true
-            }
-            _ => false,
+        self.with_table("claim", move |table, now| {
+            table.claim(now, &name, &holder, token, ttl, expected_term)
         })
         .await
     }
@@ -311,21 +571,8 @@ impl LeaseStore for MemoryStore {
         term: i64,
     ) -> Result<bool, StoreError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.with_table("reacquire", move |rows, now| match rows.get_mut(&name) {
-            Some(row)
-                if row.term == term
-                    && row.holder.as_deref() == Some(holder.as_str())
-                    && row.resign_term != Some(term)
-                    && (row.live(now) || !row.paused(now)) =>
-            {
-                row.term += 1;
-                row.resign_term = None;
-                row.term_token = Some(token.for_term(row.term));
-                row.lease = ttl;
-                row.renewed_at = now;
-                true
-            }
-            _ => false,
+        self.with_table("reacquire", move |table, now| {
+            table.reacquire(now, &name, &holder, token, ttl, term)
         })
         .await
     }
@@ -336,22 +583,11 @@ impl LeaseStore for MemoryStore {
         holder: &str,
         ttl: Duration,
         term: i64,
-        seen: super::Commands,
+        seen: Commands,
     ) -> Result<bool, StoreError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.with_table("renew", move |rows, now| match rows.get_mut(&name) {
-            Some(row)
-                if row.term == term
-                    && row.holder.as_deref() == Some(holder.as_str())
-                    && row.live(now)
-                    && (row.resign_term == Some(term)) == seen.resign
-                    && row.paused(now) == seen.paused =>
-            {
-                row.lease = ttl;
-                row.renewed_at = now;
-                true
-            }
-            _ => false,
+        self.with_table("renew", move |table, now| {
+            table.renew(now, &name, &holder, ttl, term, seen)
         })
         .await
     }
@@ -359,14 +595,12 @@ impl LeaseStore for MemoryStore {
     async fn release(&mut self, name: &str, holder: &str, term: i64) -> Result<bool, StoreError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         let releases = self.releases.clone();
-        self.with_table("release", move |rows, now| match rows.get_mut(&name) {
-            Some(row) if row.term == term && row.holder.as_deref() == Some(holder.as_str()) => {
-                row.holder = None;
-                row.renewed_at = now;
+        self.with_table("release", move |table, now| {
+            let released = table.release(now, &name, &holder, term);
+            if released {
                 let _ = releases.send(name);
-                true
             }
-            _ => false,
+            released
         })
         .await
     }
@@ -389,6 +623,7 @@ impl LeaseStore for MemoryStore {
             let _listening = ListenerCount(listeners);
             loop {
                 tokio::select! {
+                    biased;
                     _ = wake.closed() => return,
                     released = releases.recv() => match released {
                         Ok(released) if released != name => {}
@@ -401,6 +636,74 @@ impl LeaseStore for MemoryStore {
             }
         });
         Some(woken)
+    }
+}
+
+impl ControlStore for MemoryStore {
+    async fn pause(&mut self, name: &str, duration: Duration) -> Result<(), StoreError> {
+        let name = name.to_owned();
+        self.with_table("pause", move |table, now| table.pause(now, &name, duration))
+            .await
+    }
+
+    async fn resume(&mut self, name: &str) -> Result<bool, StoreError> {
+        let name = name.to_owned();
+        self.with_table("resume", move |table, _| table.resume(&name))
+            .await
+    }
+
+    async fn request_step_down(
+        &mut self,
+        name: &str,
+        holder: &str,
+        term: i64,
+        to: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let (name, holder, to) = (name.to_owned(), holder.to_owned(), to.map(str::to_owned));
+        self.with_table("step_down", move |table, now| match &to {
+            Some(to) => table.request_handover(now, &name, &holder, term, to),
+            None => table.request_resign(now, &name, &holder, term),
+        })
+        .await
+    }
+
+    async fn record_member(
+        &mut self,
+        record: &MemberRecord,
+        fresh: bool,
+    ) -> Result<(), StoreError> {
+        let record = record.clone();
+        self.with_table("record_member", move |table, now| {
+            table.record_member(now, &record, fresh)
+        })
+        .await
+    }
+
+    async fn hold_preemption(
+        &mut self,
+        election: &str,
+        node_id: &str,
+        hold: Duration,
+    ) -> Result<(), StoreError> {
+        let (election, node_id) = (election.to_owned(), node_id.to_owned());
+        self.with_table("hold_preemption", move |table, now| {
+            table.hold_preemption(now, &election, &node_id, hold)
+        })
+        .await
+    }
+
+    async fn members(&mut self, election: &str) -> Result<Vec<Member>, StoreError> {
+        let election = election.to_owned();
+        self.with_table("members", move |table, now| table.members(now, &election))
+            .await
+    }
+
+    async fn prune_members(&mut self, election: &str) -> Result<(), StoreError> {
+        let election = election.to_owned();
+        self.with_table("prune_members", move |table, now| {
+            table.prune_members(now, &election, super::MEMBER_PRUNE_AFTER)
+        })
+        .await
     }
 }
 

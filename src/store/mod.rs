@@ -309,6 +309,55 @@ pub trait LeaseStore: Send {
     }
 }
 
+/// Operator commands (`leaderd pause`, `resume`, `resign`, `handover`) on an election's
+/// row, and the members table (`leaderd_member`): what `operator.rs` and `members.rs` need
+/// from a database, beside the election's own [`LeaseStore`]. Each is one statement (and
+/// a wake-up of the nodes, where the backend has one); times are by the database clock.
+pub trait ControlStore: LeaseStore {
+    /// Pauses `name` for `duration` (creating its row if needed) and wakes the nodes.
+    fn pause(
+        &mut self,
+        name: &str,
+        duration: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Ends a pause of `name`; whether the row exists.
+    fn resume(&mut self, name: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Asks `holder`, leader of `name` in `term`, to step down (to `to` only, for a
+    /// handover); `false` if that lease is not live any more.
+    fn request_step_down(
+        &mut self,
+        name: &str,
+        holder: &str,
+        term: i64,
+        to: Option<&str>,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Records (or refreshes) a member; `fresh` on the process's first record.
+    fn record_member(
+        &mut self,
+        record: &MemberRecord,
+        fresh: bool,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Marks a member that lost leadership through preemption: it preempts nobody for `hold`.
+    fn hold_preemption(
+        &mut self,
+        election: &str,
+        node_id: &str,
+        hold: Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// The members of `election`, by node id.
+    fn members(
+        &mut self,
+        election: &str,
+    ) -> impl Future<Output = Result<Vec<Member>, StoreError>> + Send;
+    /// Forgets the members of `election` not seen for [`MEMBER_PRUNE_AFTER`].
+    fn prune_members(
+        &mut self,
+        election: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Closes the connection, if one is open (for a task that writes seldom).
+    fn disconnect(&mut self) {}
+}
+
 /// Bounds on every database round trip.
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
@@ -482,9 +531,12 @@ impl SqlStore {
 
 /// Operator commands and the members table: statements of their own, on the store's
 /// connection (the daemon records members on a store of their own, off its renewals).
-impl SqlStore {
-    /// Pauses `name` for `duration` (creating its row if needed) and wakes the nodes.
-    pub async fn pause(&mut self, name: &str, duration: Duration) -> Result<(), StoreError> {
+impl ControlStore for SqlStore {
+    fn disconnect(&mut self) {
+        SqlStore::disconnect(self);
+    }
+
+    async fn pause(&mut self, name: &str, duration: Duration) -> Result<(), StoreError> {
         let name = name.to_owned();
         self.run(Opening::Plain, move |c| {
             Box::pin(async move {
@@ -496,8 +548,7 @@ impl SqlStore {
         .await
     }
 
-    /// Ends a pause of `name`; whether the row exists.
-    pub async fn resume(&mut self, name: &str) -> Result<bool, StoreError> {
+    async fn resume(&mut self, name: &str) -> Result<bool, StoreError> {
         let name = name.to_owned();
         self.run(Opening::Plain, move |c| {
             Box::pin(async move {
@@ -509,9 +560,7 @@ impl SqlStore {
         .await
     }
 
-    /// Asks `holder`, leader of `name` in `term`, to step down (to `to` only, for a
-    /// handover); `false` if that lease is not live any more.
-    pub async fn request_step_down(
+    async fn request_step_down(
         &mut self,
         name: &str,
         holder: &str,
@@ -534,8 +583,7 @@ impl SqlStore {
         .await
     }
 
-    /// Records (or refreshes) a member; `fresh` on the process's first record.
-    pub async fn record_member(
+    async fn record_member(
         &mut self,
         record: &MemberRecord,
         fresh: bool,
@@ -547,8 +595,7 @@ impl SqlStore {
         .await
     }
 
-    /// Marks a member that lost leadership through preemption: it preempts nobody for `hold`.
-    pub async fn hold_preemption(
+    async fn hold_preemption(
         &mut self,
         election: &str,
         node_id: &str,
@@ -561,8 +608,7 @@ impl SqlStore {
         .await
     }
 
-    /// The members of `election`, by node id.
-    pub async fn members(&mut self, election: &str) -> Result<Vec<Member>, StoreError> {
+    async fn members(&mut self, election: &str) -> Result<Vec<Member>, StoreError> {
         let election = election.to_owned();
         self.run(Opening::Plain, move |c| {
             Box::pin(async move { c.members(&election).await })
@@ -570,8 +616,7 @@ impl SqlStore {
         .await
     }
 
-    /// Forgets the members of `election` not seen for [`MEMBER_PRUNE_AFTER`].
-    pub async fn prune_members(&mut self, election: &str) -> Result<(), StoreError> {
+    async fn prune_members(&mut self, election: &str) -> Result<(), StoreError> {
         let election = election.to_owned();
         self.run(Opening::Plain, move |c| {
             Box::pin(async move { c.prune_members(&election, MEMBER_PRUNE_AFTER).await })

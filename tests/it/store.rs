@@ -9,7 +9,10 @@ use common::{Backend, TestDb};
 use leaderd::store::DatabaseUrl;
 use leaderd::store::memory::MemoryStore;
 use leaderd::store::shared::SharedStore;
-use leaderd::store::{DbConnection, LeaseStore, ProcessToken, SqlStore, StoreError, Timeouts};
+use leaderd::store::{
+    Commands, ControlStore, DbConnection, LeaseStore, MemberRecord, ProcessToken, SqlStore,
+    StoreError, Timeouts,
+};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -424,10 +427,10 @@ async fn a_lease_held_before_the_term_token_migration_survives_it(backend: Backe
     );
 }
 
-backend_tests!(postgres = TestDb::new(Backend::Postgres) => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term; Backend::Postgres => migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
-backend_tests!(mysql = TestDb::new(Backend::Mysql) => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term; Backend::Mysql => migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
-backend_tests!(sqlite = TestDb::new(Backend::Sqlite) => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term; Backend::Sqlite => migrations_run_concurrently_and_again, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
-backend_tests!(memory = MemoryStore::new() => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term);
+backend_tests!(postgres = TestDb::new(Backend::Postgres) => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock; Backend::Postgres => migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
+backend_tests!(mysql = TestDb::new(Backend::Mysql) => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock; Backend::Mysql => migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
+backend_tests!(sqlite = TestDb::new(Backend::Sqlite) => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock; Backend::Sqlite => migrations_run_concurrently_and_again, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
+backend_tests!(memory = MemoryStore::new() => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock);
 
 /// Migrates on a new connection (statements bounded by the ttl) waiting at most `wait` for
 /// the migration lock; also says how long that took.

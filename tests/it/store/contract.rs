@@ -9,7 +9,7 @@ use std::future::Future;
 
 /// A lease table the contract runs on, and connections onto it.
 pub(super) trait Table {
-    type Store: LeaseStore + Connect + 'static;
+    type Store: LeaseStore + ControlStore + Connect + 'static;
     /// A new connection to the table (opened on its first operation).
     fn store(&self) -> Self::Store;
     /// Whether its connections hint at releases ([`LeaseStore::release_notifications`]).
@@ -286,4 +286,196 @@ pub(super) async fn the_term_token_tells_which_process_started_the_term(db: impl
         "left behind"
     );
     assert!(!row.started_by(second), "a term this process did not start");
+}
+
+/// `leaderd pause`: no claim of a free or lapsed lease, no reacquire of a lapsed one, while
+/// a live leader keeps renewing, stating that it has seen the pause; `resume` ends it, and
+/// a pause ends by itself when its time is up.
+pub(super) async fn a_pause_keeps_free_and_lapsed_leases_from_every_claim(db: impl Table) {
+    let (mut a, mut b) = (store(&db), store(&db));
+    a.connect().await.unwrap();
+    b.connect().await.unwrap();
+    let name = "paused";
+    let short = Duration::from_millis(300);
+    a.ensure_row(name).await.unwrap();
+    assert!(a.claim(name, "a", any_token(), short, 0).await.unwrap());
+    b.pause(name, Duration::from_secs(60)).await.unwrap();
+    let row = b.get(name).await.unwrap().unwrap();
+    assert!(row.paused() && row.pending.paused_for.unwrap() > Duration::from_secs(50));
+    let paused = Commands {
+        paused: true,
+        ..Commands::default()
+    };
+    assert!(
+        !a.renew(name, "a", short, 1).await.unwrap(),
+        "a renewal that has not seen the pause"
+    );
+    assert!(a.renew_seeing(name, "a", short, 1, paused).await.unwrap());
+    assert!(
+        a.reacquire(name, "a", any_token(), short, 1).await.unwrap(),
+        "a live lease starts a new term during a pause"
+    );
+    assert!(a.release(name, "a", 2).await.unwrap());
+    assert!(
+        !b.claim(name, "b", any_token(), TTL, 2).await.unwrap(),
+        "a released lease during a pause"
+    );
+    assert!(
+        a.claim(name, "a", any_token(), short, 2)
+            .await
+            .is_ok_and(|c| !c)
+    );
+    // The pause outlives a lease taken before it.
+    b.resume(name).await.unwrap();
+    assert!(a.claim(name, "a", any_token(), short, 2).await.unwrap());
+    b.pause(name, Duration::from_secs(60)).await.unwrap();
+    tokio::time::sleep(short + Duration::from_millis(50)).await;
+    assert!(
+        !a.reacquire(name, "a", any_token(), short, 3).await.unwrap(),
+        "a lapsed lease is not reacquired during a pause"
+    );
+    assert!(
+        !b.claim(name, "b", any_token(), TTL, 3).await.unwrap(),
+        "a lapsed lease during a pause"
+    );
+    assert!(b.resume(name).await.unwrap());
+    assert!(!b.get(name).await.unwrap().unwrap().paused());
+    assert!(b.claim(name, "b", any_token(), TTL, 3).await.unwrap());
+    // A pause ends when its time is up.
+    assert!(b.release(name, "b", 4).await.unwrap());
+    b.pause(name, Duration::from_millis(200)).await.unwrap();
+    assert!(!a.claim(name, "a", any_token(), TTL, 4).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(!b.get(name).await.unwrap().unwrap().paused());
+    assert!(a.claim(name, "a", any_token(), TTL, 4).await.unwrap());
+    // Resuming an election without a row finds nothing; pausing one creates it.
+    assert!(!b.resume("no-row").await.unwrap());
+    b.pause("no-row", Duration::from_secs(1)).await.unwrap();
+    assert!(b.get("no-row").await.unwrap().is_some());
+}
+
+/// `leaderd resign` and `handover`: asked of a live term only; the leader's renewal that
+/// has not seen the request matches nothing; the resigned term is not reacquired; after a
+/// handover only the target claims until the window (two lease lengths) ends, then anyone.
+pub(super) async fn a_handover_lets_only_its_target_claim_within_its_window(db: impl Table) {
+    let (mut a, mut b, mut c) = (store(&db), store(&db), store(&db));
+    for s in [&mut a, &mut b, &mut c] {
+        s.connect().await.unwrap();
+    }
+    let name = "handover";
+    let short = Duration::from_millis(400);
+    let resign_seen = Commands {
+        resign: true,
+        ..Commands::default()
+    };
+    a.ensure_row(name).await.unwrap();
+    assert!(a.claim(name, "a", any_token(), short, 0).await.unwrap());
+    assert!(
+        !c.request_step_down(name, "a", 0, None).await.unwrap(),
+        "a term that is not the live one"
+    );
+    assert!(c.request_step_down(name, "a", 1, None).await.unwrap());
+    assert_eq!(
+        a.get(name).await.unwrap().unwrap().pending.resign_term,
+        Some(1)
+    );
+    assert!(!a.renew(name, "a", short, 1).await.unwrap());
+    assert!(
+        a.renew_seeing(name, "a", short, 1, resign_seen)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !a.reacquire(name, "a", any_token(), short, 1).await.unwrap(),
+        "a resigned term is not started again by its holder"
+    );
+    assert!(a.release(name, "a", 1).await.unwrap());
+    assert!(b.claim(name, "b", any_token(), short, 1).await.unwrap());
+    let row = b.get(name).await.unwrap().unwrap();
+    assert_eq!(row.pending.resign_term, None, "a new term starts clean");
+
+    // Handover from b (term 2) to c.
+    assert!(a.request_step_down(name, "b", 2, Some("c")).await.unwrap());
+    let row = a.get(name).await.unwrap().unwrap();
+    assert_eq!(row.pending.handover_to.as_deref(), Some("c"));
+    let window = row.pending.handover_for.unwrap();
+    assert!(
+        window > short && window <= short * 2,
+        "the window is two lease lengths: {window:?}"
+    );
+    assert!(
+        b.renew_seeing(name, "b", short, 2, resign_seen)
+            .await
+            .unwrap()
+    );
+    assert!(b.release(name, "b", 2).await.unwrap());
+    assert!(
+        !a.claim(name, "a", any_token(), short, 2).await.unwrap(),
+        "only the target claims within the window"
+    );
+    assert!(
+        !b.reacquire(name, "b", any_token(), short, 2).await.unwrap(),
+        "nor the old holder"
+    );
+    assert!(c.claim(name, "c", any_token(), short, 2).await.unwrap());
+    let row = a.get(name).await.unwrap().unwrap();
+    assert_eq!(
+        (row.pending.handover_to, row.pending.handover_for),
+        (None, None),
+        "the target's claim ends the handover"
+    );
+
+    // A handover to a node that never claims: anyone may, once the window is over.
+    assert!(
+        a.request_step_down(name, "c", 3, Some("gone"))
+            .await
+            .unwrap()
+    );
+    assert!(c.release(name, "c", 3).await.unwrap());
+    assert!(!a.claim(name, "a", any_token(), short, 3).await.unwrap());
+    tokio::time::sleep(short * 2 + Duration::from_millis(50)).await;
+    assert!(a.claim(name, "a", any_token(), short, 3).await.unwrap());
+}
+
+/// `leaderd_member`: a record refreshes `last_seen`, a fresh one restarts `started`; the
+/// preemption hold lasts its time; pruning forgets members not seen for long.
+pub(super) async fn members_are_recorded_by_the_database_clock(db: impl Table) {
+    let mut s = store(&db);
+    s.connect().await.unwrap();
+    let record = |node: &str, candidate: bool| MemberRecord {
+        election: "members".to_owned(),
+        node_id: node.to_owned(),
+        candidate,
+        priority: 3,
+        version: "1.0".to_owned(),
+        host: "h".to_owned(),
+    };
+    s.record_member(&record("a", true), true).await.unwrap();
+    s.record_member(&record("b", false), true).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.record_member(&record("a", true), false).await.unwrap();
+    s.hold_preemption("members", "b", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let members = s.members("members").await.unwrap();
+    assert_eq!(
+        members
+            .iter()
+            .map(|m| m.node_id.as_str())
+            .collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    let (a, b) = (&members[0], &members[1]);
+    assert!(a.candidate && !b.candidate && a.priority == 3);
+    assert!(a.member_for >= Duration::from_millis(150), "{a:?}");
+    assert!(a.seen_ago < Duration::from_millis(150), "{a:?}");
+    assert!(b.seen_ago >= Duration::from_millis(150), "{b:?}");
+    assert_eq!(a.no_preempt_for, None);
+    assert!(b.no_preempt_for.unwrap() > Duration::from_secs(50));
+    s.record_member(&record("a", true), true).await.unwrap();
+    let members = s.members("members").await.unwrap();
+    assert!(members[0].member_for < Duration::from_millis(150));
+    s.prune_members("members").await.unwrap();
+    assert_eq!(s.members("members").await.unwrap().len(), 2, "seen lately");
+    assert!(s.members("other").await.unwrap().is_empty());
 }
