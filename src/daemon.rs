@@ -2,13 +2,14 @@
 //! systemd, HTTP), with signals turned into one shutdown future and reload requests.
 
 use anyhow::Context;
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
 
 use crate::config::{Config, ConfigError};
-use crate::election::{Election, ElectionSettings, Status};
+use crate::election::{ClaimGate, Election, ElectionSettings, Status};
 use crate::hooks::health::{self, Health, HealthWiring};
 use crate::hooks::{self, HookContext, Hooks};
 use crate::logging::LogLevel;
@@ -161,27 +162,18 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     // lease; only then does the election step down and release.
     let mut running = config;
     let stop = async {
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                _ = &mut shutdown => {
-                    claims.close();
-                    stopping.send_replace(true);
-                    break;
-                }
-                Some(()) = reload_requests.recv() => {
-                    systemd::reloading();
-                    let loaded = tokio::select! {
-                        loaded = load_again(&source) => loaded,
-                        _ = &mut shutdown => {
-                            stopping.send_replace(true);
-                            break;
-                        }
-                    };
-                    reload(loaded, &mut running, &mut hooks, &log, &statuses);
-                }
-            }
-        }
+        serve_until_shutdown(
+            shutdown,
+            &mut reload_requests,
+            || {
+                systemd::reloading();
+                load_again(&source)
+            },
+            |loaded| reload(loaded, &mut running, &mut hooks, &log, &statuses),
+            &claims,
+            &stopping,
+        )
+        .await;
         systemd::stopping();
         hooks.step_down().await;
     };
@@ -202,6 +194,37 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     }
     info!("leaderd stopped");
     Ok(())
+}
+
+/// Serves reload requests (`load` reads the configuration again, `apply` puts it in force)
+/// until `shutdown` completes; then this node claims nothing more (`claims`) and says that
+/// it is stopping (`stopping`). The simulator drives it too.
+pub(crate) async fn serve_until_shutdown<T, L: Future<Output = T>>(
+    shutdown: impl Future<Output = ()>,
+    reload_requests: &mut mpsc::UnboundedReceiver<()>,
+    mut load: impl FnMut() -> L,
+    mut apply: impl FnMut(T),
+    claims: &ClaimGate,
+    stopping: &watch::Sender<bool>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut shutdown => break,
+            Some(()) = reload_requests.recv() => {
+                let loaded = tokio::select! {
+                    biased;
+                    _ = &mut shutdown => break,
+                    loaded = load() => loaded,
+                };
+                apply(loaded);
+            }
+        }
+    }
+    // The one rule of a stop, whatever it interrupted (a reload, say): claim nothing more.
+    claims.close();
+    stopping.send_replace(true);
 }
 
 /// SIGHUP: reads the configuration again, off the election loop (which polls the reload):

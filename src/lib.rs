@@ -45,6 +45,8 @@ pub(crate) mod members;
 pub(crate) mod metrics;
 pub(crate) mod operator;
 pub(crate) mod signals;
+#[cfg(test)]
+mod sim;
 pub(crate) mod status_file;
 pub(crate) mod systemd;
 

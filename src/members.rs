@@ -57,9 +57,11 @@ pub fn spawn(
     tokio::spawn(run(record, store, status, standing, preempt_after))
 }
 
-async fn run(
+/// Records this node every [`MEMBER_PERIOD`] (at once when its standing changes) and,
+/// while it leads, hands over to a candidate of higher priority; ends with the election.
+pub(crate) async fn run<S: ControlStore>(
     mut record: MemberRecord,
-    mut store: SqlStore,
+    mut store: S,
     status: watch::Receiver<Status>,
     mut standing: watch::Receiver<Standing>,
     preempt_after: Duration,
@@ -147,7 +149,12 @@ pub fn preemptor<'a>(
         })
 }
 
-async fn preempt(store: &mut SqlStore, me: &MemberRecord, term: i64, preempt_after: Duration) {
+async fn preempt<S: ControlStore>(
+    store: &mut S,
+    me: &MemberRecord,
+    term: i64,
+    preempt_after: Duration,
+) {
     let members = match store.members(&me.election).await {
         Ok(members) => members,
         Err(error) => {

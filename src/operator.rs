@@ -156,7 +156,7 @@ pub async fn step_down(
 }
 
 /// Why `to` cannot take over from `leader`, if it cannot.
-fn check_target(members: &[Member], to: &str, leader: &str) -> Result<(), String> {
+pub(crate) fn check_target(members: &[Member], to: &str, leader: &str) -> Result<(), String> {
     if to == leader {
         return Err(format!("{to:?} already leads"));
     }

@@ -3,6 +3,7 @@
 //! It sends nothing to the store itself: rounds do (see `round.rs`), and it folds in their
 //! outcomes. What it publishes is in `publish.rs`.
 
+use rand::Rng;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -97,6 +98,9 @@ pub(super) struct Candidacy {
     pub(super) paused: bool,
     /// The term whose resign request was last passed on, so it is passed on once.
     pub(super) resign_passed_on: Option<i64>,
+    /// Spreads followers' polls at a lapse; seeded by the simulator, so that a seed
+    /// replays the same run.
+    pub(super) rng: rand::rngs::SmallRng,
 }
 
 impl Candidacy {
@@ -370,17 +374,21 @@ impl Candidacy {
                 let next_poll = (started + settings.poll).max(now);
                 match (&self.hold, &row) {
                     _ if !may_claim => next_poll,
-                    (Hold::Lapsed { .. }, _) => now,
-                    // Poll again right when the lease can lapse (spread a little), if
-                    // that is before the next regular poll. Not capped by the regular
-                    // poll: that would keep the smallest spread drawn so far, and every
-                    // follower would end up reading at the lapse instant again.
+                    // Start the next term at once, unless the row says the reacquire
+                    // would be refused (a pause over a lapsed lease, a resign or a
+                    // handover away from this node): then wait as a follower does.
+                    (Hold::Lapsed { term }, Some(row)) if row.reacquirable_by(me, *term) => now,
+                    // Poll again right when the lease can be claimed (spread a little):
+                    // when it lapses, and a pause or another node's handover window is
+                    // over, if that is before the next regular poll. Not capped by the
+                    // regular poll: that would keep the smallest spread drawn so far, and
+                    // every follower would end up reading at the lapse instant again.
                     (_, Some(row)) => {
-                        let lapse = now + row.remaining().max(MIN_POLL);
+                        let lapse = now + row.claimable_in(me).max(MIN_POLL);
                         match lapse < next_poll {
                             true => {
                                 let spread = settings.lapse_spread_after(measured_trip);
-                                lapse + rand::random_range(Duration::ZERO..=spread)
+                                lapse + self.rng.random_range(Duration::ZERO..=spread)
                             }
                             false => next_poll,
                         }

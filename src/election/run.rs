@@ -160,6 +160,7 @@ impl<S: LeaseStore> Election<S> {
             seen: Commands::default(),
             paused: false,
             resign_passed_on: None,
+            rng: rand::SeedableRng::from_os_rng(),
         };
         (
             Election {
@@ -228,6 +229,15 @@ impl<S: LeaseStore> Election<S> {
     /// release is withheld and the lease lapses on its own.
     pub fn release_after(&mut self, durable: watch::Receiver<u64>) {
         self.durable = Some(durable);
+    }
+
+    /// Makes every random choice of this election follow `seed`: its process token and
+    /// the spread of its polls (the simulator replays a run from its seed).
+    #[cfg(test)]
+    pub(crate) fn seed_randomness(&mut self, seed: u64) {
+        let mut rng: rand::rngs::SmallRng = rand::SeedableRng::seed_from_u64(seed);
+        self.candidacy.token = ProcessToken::from_rng(&mut rng);
+        self.candidacy.rng = rng;
     }
 
     /// Replaces CLOCK_BOOTTIME (tests suspend the host with it).

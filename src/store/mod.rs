@@ -110,6 +110,27 @@ impl LeaseRow {
         self.term_token == Some(token.for_term(self.term))
     }
 
+    /// Whether `node`, which held the row in `term`, could start the next term on it now
+    /// (what the reacquire statement checks).
+    pub fn reacquirable_by(&self, node: &str, term: i64) -> bool {
+        self.term == term
+            && self.holder.as_deref() == Some(node)
+            && self.pending.resign_term != Some(term)
+            && !self.handed_over_away_from(node)
+            && (!self.paused() || self.live_holder().is_some())
+    }
+
+    /// How long until `node` could claim the lease, by the database clock, as far as this
+    /// read tells: until it lapses, and any pause or handover to another node is over.
+    pub fn claimable_in(&self, node: &str) -> Duration {
+        let paused = self.pending.paused_for.unwrap_or_default();
+        let handed_over = match self.handed_over_away_from(node) {
+            true => self.pending.handover_for.unwrap_or_default(),
+            false => Duration::ZERO,
+        };
+        self.remaining().max(paused).max(handed_over)
+    }
+
     /// How long the lease has left by the database clock (zero once lapsed or released).
     pub fn remaining(&self) -> Duration {
         if self.holder.is_some() {
@@ -169,6 +190,11 @@ pub struct ProcessToken(i64);
 impl ProcessToken {
     pub fn random() -> Self {
         ProcessToken(rand::random())
+    }
+
+    /// A token drawn from `rng` (the simulator's runs replay from a seed).
+    pub fn from_rng(rng: &mut impl rand::Rng) -> Self {
+        ProcessToken(rng.random())
     }
 
     /// What a claim or reacquire by this process writes into the row for the term it

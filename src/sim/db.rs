@@ -1,0 +1,432 @@
+//! The simulated database: the lease table ([`Table`], the model the store contract holds
+//! to the SQL), restarts and refused connections, and [`SimStore`], one connection onto it
+//! whose every statement meets the faults its node's dice draw: delays before the
+//! database, in the row lock and on the way back, failures before the commit, answers
+//! lost after it, and the client's timeout.
+
+use rand::Rng;
+use rand::rngs::SmallRng;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep};
+
+use super::schedule::{Event, Fault};
+use super::world::World;
+use crate::store::memory::Table;
+use crate::store::{
+    Commands, ControlStore, LeaseRow, LeaseStore, Member, MemberRecord, ProcessToken, StoreError,
+};
+
+/// Time to open a connection.
+const CONNECT: Duration = Duration::from_millis(1);
+
+/// The database beside the table: what restarts and refusals do to connections.
+pub(super) struct Db {
+    pub(super) table: Table,
+    /// Bumped by every restart: connections opened before it are cut.
+    pub(super) epoch: u64,
+    /// New connections are refused until then (a restart, or a refusal window).
+    pub(super) refuse_until: Option<Instant>,
+    /// Release listeners (PostgreSQL's LISTEN), by election name.
+    pub(super) listeners: Vec<(String, mpsc::Sender<()>)>,
+}
+
+impl Db {
+    pub(super) fn new() -> Db {
+        Db {
+            table: Table::default(),
+            epoch: 0,
+            refuse_until: None,
+            listeners: Vec::new(),
+        }
+    }
+
+    /// Wakes the listeners of `name` (a NOTIFY).
+    pub(super) fn notify(&mut self, name: &str) {
+        self.listeners.retain(|(_, l)| !l.is_closed());
+        for (listening, listener) in &self.listeners {
+            if listening == name {
+                let _ = listener.try_send(());
+            }
+        }
+    }
+
+    fn refusing(&self, now: Instant) -> bool {
+        self.refuse_until.is_some_and(|until| now < until)
+    }
+}
+
+/// What happens to one statement.
+#[derive(Debug, Clone, Copy, Default)]
+struct Fate {
+    /// On the way to the database.
+    there: Duration,
+    /// Waiting for the row lock, after the database read its clock (if it reads it on
+    /// arrival).
+    lock_wait: Duration,
+    /// On the way back.
+    back: Duration,
+    fail_before_commit: bool,
+    lose_answer: bool,
+}
+
+/// One node's statement faults: its windows from the schedule, and the dice.
+pub(super) struct Dice {
+    rng: SmallRng,
+    windows: Vec<(Instant, Instant, Fault)>,
+}
+
+impl Dice {
+    pub(super) fn new(rng: SmallRng, start: Instant, node: usize, events: &[Event]) -> Dice {
+        let windows = events
+            .iter()
+            .filter(|e| match e.fault {
+                Fault::SlowStatements { node: n, .. }
+                | Fault::LostAnswers { node: n, .. }
+                | Fault::FailedStatements { node: n, .. } => n == node,
+                _ => false,
+            })
+            .map(|e| (start + e.from, start + e.until, e.fault.clone()))
+            .collect();
+        Dice { rng, windows }
+    }
+
+    /// A quiet connection: an operator's, say.
+    pub(super) fn quiet(rng: SmallRng) -> Dice {
+        Dice {
+            rng,
+            windows: Vec::new(),
+        }
+    }
+
+    fn fate(&mut self, now: Instant) -> Fate {
+        let quick = Duration::from_micros(300);
+        let mut fate = Fate {
+            there: quick.mul_f64(self.rng.random_range(0.5..2.0)),
+            back: quick.mul_f64(self.rng.random_range(0.5..2.0)),
+            ..Fate::default()
+        };
+        for (from, until, fault) in &self.windows {
+            if now < *from || now >= *until {
+                continue;
+            }
+            match *fault {
+                Fault::SlowStatements { max, .. } => {
+                    let mut part = || max.mul_f64(self.rng.random_range(0.0..1.0) / 3.0);
+                    fate.there += part();
+                    fate.lock_wait += part();
+                    fate.back += part();
+                }
+                Fault::LostAnswers { p, .. } => fate.lose_answer |= self.rng.random_bool(p),
+                Fault::FailedStatements { p, .. } => {
+                    fate.fail_before_commit |= self.rng.random_bool(p)
+                }
+                _ => {}
+            }
+        }
+        fate
+    }
+}
+
+/// One connection of a node process (or of an operator) to the simulated database.
+pub(super) struct SimStore {
+    world: Arc<World>,
+    /// The process it belongs to (`None`: an operator's).
+    process: Option<usize>,
+    who: String,
+    /// The restart epoch of the open connection; `None`: not connected.
+    connected: Option<u64>,
+    dice: Arc<Mutex<Dice>>,
+    /// The client's bound on a statement (`database.query_timeout`: the ttl).
+    query_timeout: Duration,
+}
+
+impl SimStore {
+    pub(super) fn new(
+        world: &Arc<World>,
+        process: Option<usize>,
+        who: &str,
+        dice: Arc<Mutex<Dice>>,
+    ) -> SimStore {
+        SimStore {
+            world: Arc::clone(world),
+            process,
+            who: who.to_owned(),
+            connected: None,
+            dice,
+            query_timeout: world.scenario.ttl,
+        }
+    }
+
+    /// Runs one statement: `apply` is what it does to the database at its clock reading.
+    async fn statement<T: Debug + Send + 'static>(
+        &mut self,
+        what: String,
+        starts_term: bool,
+        apply: impl FnOnce(&mut Db, Instant) -> T + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let world = Arc::clone(&self.world);
+        world.on_send(self.process, &self.who, &what, starts_term);
+        let epoch = match self.connected {
+            Some(epoch) => epoch,
+            None => {
+                sleep(CONNECT).await;
+                let now = Instant::now();
+                let state = world.state.lock().unwrap();
+                if state.db.refusing(now) {
+                    drop(state);
+                    world.trace(&self.who, format!("{what}: connection refused"));
+                    return Err(StoreError::ConnectTimeout {
+                        url: "sim".into(),
+                        after: CONNECT,
+                    });
+                }
+                let epoch = state.db.epoch;
+                drop(state);
+                self.connected = Some(epoch);
+                epoch
+            }
+        };
+        let fate = self.dice.lock().unwrap().fate(Instant::now());
+        let who = self.who.clone();
+        let at_arrival = world.scenario.clock_at_arrival;
+        let task = tokio::spawn(async move {
+            if !fate.there.is_zero() {
+                sleep(fate.there).await;
+            }
+            if fate.fail_before_commit {
+                world.trace(&who, format!("{what}: failed before the commit"));
+                return Err(StoreError::QueryTimeout { after: fate.there });
+            }
+            let arrived = Instant::now();
+            if !fate.lock_wait.is_zero() {
+                sleep(fate.lock_wait).await;
+            }
+            let value = {
+                let mut state = world.state.lock().unwrap();
+                if state.db.epoch != epoch {
+                    drop(state);
+                    world.trace(&who, format!("{what}: cut by a restart"));
+                    return Err(StoreError::QueryTimeout { after: fate.there });
+                }
+                let clock = if at_arrival { arrived } else { Instant::now() };
+                let value = apply(&mut state.db, clock);
+                drop(state);
+                world.trace(&who, format!("{what} -> {value:?}"));
+                value
+            };
+            world.check();
+            if !fate.back.is_zero() {
+                sleep(fate.back).await;
+            }
+            let cut = world.state.lock().unwrap().db.epoch != epoch;
+            if fate.lose_answer || cut {
+                world.trace(&who, "answer lost".to_owned());
+                return Err(StoreError::QueryTimeout {
+                    after: fate.there + fate.back,
+                });
+            }
+            Ok(value)
+        });
+        let answer = match tokio::time::timeout(self.query_timeout, task).await {
+            Ok(joined) => joined.expect("simulated statements do not panic"),
+            Err(_) => {
+                self.world.trace(&self.who, "client timeout".to_owned());
+                Err(StoreError::QueryTimeout {
+                    after: self.query_timeout,
+                })
+            }
+        };
+        if answer.is_err() {
+            // As SqlStore does: a connection is never reused after an error.
+            self.connected = None;
+        }
+        answer
+    }
+}
+
+impl LeaseStore for SimStore {
+    async fn get(&mut self, name: &str) -> Result<Option<LeaseRow>, StoreError> {
+        let name = name.to_owned();
+        self.statement("get".into(), false, move |db, now| {
+            db.table.lease_row(&name, now)
+        })
+        .await
+    }
+
+    async fn ensure_row(&mut self, name: &str) -> Result<(), StoreError> {
+        let name = name.to_owned();
+        self.statement("ensure_row".into(), false, move |db, now| {
+            db.table.ensure_row(&name, now)
+        })
+        .await
+    }
+
+    async fn claim(
+        &mut self,
+        name: &str,
+        holder: &str,
+        token: ProcessToken,
+        ttl: Duration,
+        expected_term: i64,
+    ) -> Result<bool, StoreError> {
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        self.statement(format!("claim {expected_term}"), true, move |db, now| {
+            db.table
+                .claim(now, &name, &holder, token, ttl, expected_term)
+        })
+        .await
+    }
+
+    async fn reacquire(
+        &mut self,
+        name: &str,
+        holder: &str,
+        token: ProcessToken,
+        ttl: Duration,
+        term: i64,
+    ) -> Result<bool, StoreError> {
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        self.statement(format!("reacquire {term}"), true, move |db, now| {
+            db.table.reacquire(now, &name, &holder, token, ttl, term)
+        })
+        .await
+    }
+
+    async fn renew_seeing(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        term: i64,
+        seen: Commands,
+    ) -> Result<bool, StoreError> {
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        self.statement(format!("renew {term} {seen:?}"), false, move |db, now| {
+            db.table.renew(now, &name, &holder, ttl, term, seen)
+        })
+        .await
+    }
+
+    async fn release(&mut self, name: &str, holder: &str, term: i64) -> Result<bool, StoreError> {
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        let notifies = self.world.scenario.notifies;
+        self.statement(format!("release {term}"), false, move |db, now| {
+            let released = db.table.release(now, &name, &holder, term);
+            if released && notifies {
+                db.notify(&name);
+            }
+            released
+        })
+        .await
+    }
+
+    fn release_notifications(&self, name: &str) -> Option<mpsc::Receiver<()>> {
+        if !self.world.scenario.notifies {
+            return None;
+        }
+        let (wake, woken) = mpsc::channel(1);
+        // Like PostgreSQL's listener: one wake once listening.
+        let _ = wake.try_send(());
+        self.world
+            .state
+            .lock()
+            .unwrap()
+            .db
+            .listeners
+            .push((name.to_owned(), wake));
+        Some(woken)
+    }
+}
+
+impl ControlStore for SimStore {
+    async fn pause(&mut self, name: &str, duration: Duration) -> Result<(), StoreError> {
+        let name = name.to_owned();
+        self.statement(format!("pause {duration:?}"), false, move |db, now| {
+            db.table.pause(now, &name, duration);
+            db.notify(&name);
+        })
+        .await
+    }
+
+    async fn resume(&mut self, name: &str) -> Result<bool, StoreError> {
+        let name = name.to_owned();
+        self.statement("resume".into(), false, move |db, _| {
+            let found = db.table.resume(&name);
+            db.notify(&name);
+            found
+        })
+        .await
+    }
+
+    async fn request_step_down(
+        &mut self,
+        name: &str,
+        holder: &str,
+        term: i64,
+        to: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let (name, holder, to) = (name.to_owned(), holder.to_owned(), to.map(str::to_owned));
+        let what = format!("step down {holder} {term} to {to:?}");
+        self.statement(what, false, move |db, now| {
+            let asked = match &to {
+                Some(to) => db.table.request_handover(now, &name, &holder, term, to),
+                None => db.table.request_resign(now, &name, &holder, term),
+            };
+            if asked {
+                db.notify(&name);
+            }
+            asked
+        })
+        .await
+    }
+
+    async fn record_member(
+        &mut self,
+        record: &MemberRecord,
+        fresh: bool,
+    ) -> Result<(), StoreError> {
+        let record = record.clone();
+        let what = format!("record member c={} p={}", record.candidate, record.priority);
+        self.statement(what, false, move |db, now| {
+            db.table.record_member(now, &record, fresh)
+        })
+        .await
+    }
+
+    async fn hold_preemption(
+        &mut self,
+        election: &str,
+        node_id: &str,
+        hold: Duration,
+    ) -> Result<(), StoreError> {
+        let (election, node_id) = (election.to_owned(), node_id.to_owned());
+        self.statement("hold preemption".into(), false, move |db, now| {
+            db.table.hold_preemption(now, &election, &node_id, hold)
+        })
+        .await
+    }
+
+    async fn members(&mut self, election: &str) -> Result<Vec<Member>, StoreError> {
+        let election = election.to_owned();
+        self.statement("members".into(), false, move |db, now| {
+            db.table.members(now, &election)
+        })
+        .await
+    }
+
+    async fn prune_members(&mut self, election: &str) -> Result<(), StoreError> {
+        let election = election.to_owned();
+        self.statement("prune members".into(), false, move |db, now| {
+            db.table
+                .prune_members(now, &election, crate::store::MEMBER_PRUNE_AFTER)
+        })
+        .await
+    }
+
+    fn disconnect(&mut self) {
+        self.connected = None;
+    }
+}

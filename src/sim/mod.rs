@@ -1,0 +1,437 @@
+//! The simulator: many seeded runs of the real election code in virtual time, each with a
+//! schedule of faults and operator commands drawn from its seed, and the properties
+//! checked after every event.
+//!
+//! A run is 3 to 5 nodes for 60 virtual seconds in one thread, on tokio's paused clock:
+//! every node is the daemon's own [`Election`](crate::election::Election), stop sequence
+//! and members task over a simulated database (`db.rs`), steered by a driver that plays
+//! the schedule (`schedule.rs`). A seed fixes everything, so the same seed gives the same
+//! trace. On a failure it prints the seed, the property and the last events; run
+//! `LEADERD_SIM_SEED=N cargo test --lib sim::replay -- --nocapture` to replay one.
+//!
+//! - `schedule`: a run's scenario, drawn from its seed.
+//! - `db`: the simulated database and its connections, with per-statement faults.
+//! - `node`: one `leaderd run` process and the models of what it runs beside the election.
+//! - `world`: what the simulation knows, and the properties.
+//! - `trace`: the record of a run.
+
+mod db;
+mod node;
+mod schedule;
+mod trace;
+mod world;
+
+#[cfg(test)]
+mod tests;
+
+use rand::rngs::SmallRng;
+use rand::{RngCore, SeedableRng};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::{Instant, sleep, sleep_until};
+
+use db::{Dice, SimStore};
+use node::Process;
+use schedule::{Fault, Scenario};
+use world::{ELECTION, World};
+
+pub(crate) use world::Violation;
+
+/// How often the driver looks at liveness.
+const TICK: Duration = Duration::from_millis(250);
+
+/// What one run found.
+#[derive(Debug, Clone)]
+pub(crate) struct RunReport {
+    pub(crate) seed: u64,
+    pub(crate) violation: Option<Violation>,
+    /// The last events, for a failure's report.
+    pub(crate) tail: Vec<String>,
+    /// A digest of every event: equal for two runs that did the same.
+    pub(crate) digest: u64,
+    pub(crate) events: u64,
+    pub(crate) statements: u64,
+    /// The scenario, in brief.
+    pub(crate) scenario: String,
+}
+
+impl RunReport {
+    /// The report of a failing seed: the property, and the last events.
+    pub(crate) fn explain(&self) -> String {
+        let Some(violation) = &self.violation else {
+            return format!("seed {} passed", self.seed);
+        };
+        let mut text = format!(
+            "seed {} violated property {} at {:.3}s: {}\nreplay: LEADERD_SIM_SEED={} cargo test --lib sim::tests::replay -- --nocapture\nlast events:\n",
+            self.seed,
+            violation.property,
+            violation.at.as_secs_f64(),
+            violation.detail,
+            self.seed,
+        );
+        for line in &self.tail {
+            text.push_str(line);
+            text.push('\n');
+        }
+        text.push_str(&format!("the scenario: {}\n", self.scenario));
+        text
+    }
+}
+
+/// Runs one seed's scenario to its end (or its first violation).
+pub(crate) fn run(seed: u64) -> RunReport {
+    run_scenario(seed, Scenario::draw(seed))
+}
+
+/// Runs `scenario`, with `seed` for every other random choice.
+fn run_scenario(seed: u64, scenario: Scenario) -> RunReport {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a runtime for the simulation");
+    runtime.block_on(drive(seed, scenario))
+}
+
+/// One node's driver-side state: its current process and the rest.
+struct Slot {
+    processes: Vec<Process>,
+    priority: i64,
+    incarnations: u32,
+}
+
+impl Slot {
+    /// The node's current process (the last one started; a twin is started apart).
+    fn current(&mut self) -> Option<&mut Process> {
+        self.processes.last_mut()
+    }
+}
+
+/// What the driver does at an instant.
+#[derive(Debug, Clone)]
+enum Action {
+    Begin(usize),
+    End(usize),
+    /// SIGTERM in the middle of a slow reload.
+    TermDuringReload(usize),
+}
+
+async fn drive(seed: u64, scenario: Scenario) -> RunReport {
+    let world = Arc::new(World::new(scenario));
+    let scenario = &world.scenario;
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut slots: Vec<Slot> = scenario
+        .nodes
+        .iter()
+        .map(|n| Slot {
+            processes: Vec::new(),
+            priority: n.priority,
+            incarnations: 0,
+        })
+        .collect();
+    // The nodes start within the first 200 ms.
+    let mut actions: Vec<(Instant, usize, Action)> = Vec::new();
+    for (i, event) in scenario.events.iter().enumerate() {
+        actions.push((world.start + event.from, 0, Action::Begin(i)));
+        actions.push((world.start + event.until, 2, Action::End(i)));
+        if matches!(event.fault, Fault::StopDuringReload { .. }) {
+            let middle = event.from + (event.until - event.from) / 2;
+            actions.push((world.start + middle, 1, Action::TermDuringReload(i)));
+        }
+    }
+    actions.sort_by_key(|(at, order, _)| (*at, *order));
+    let mut actions = std::collections::VecDeque::from(actions);
+    for (node, slot) in slots.iter_mut().enumerate() {
+        sleep(Duration::from_millis(rng.next_u64() % 200)).await;
+        start(&world, node, slot, &mut rng);
+    }
+    let end = world.start + scenario.length;
+    let mut next_tick = Instant::now() + TICK;
+    loop {
+        if world.state.lock().unwrap().violation.is_some() {
+            break;
+        }
+        let next_action = actions.front().map(|(at, _, _)| *at);
+        let next = next_action.unwrap_or(end).min(next_tick).min(end);
+        sleep_until(next).await;
+        if Instant::now() >= end {
+            break;
+        }
+        if next_action == Some(next) {
+            let (_, _, action) = actions.pop_front().expect("an action is due");
+            act(&world, &mut slots, &action, &mut rng);
+        } else {
+            next_tick += TICK;
+        }
+        world.check();
+        let someone_could_lead = slots.iter().any(|slot| {
+            slot.processes.iter().any(|p| {
+                p.candidate
+                    && p.alive(&world)
+                    && !p.stopping()
+                    && !p.frozen()
+                    && !(p.has_health_check && p.failing())
+            })
+        });
+        world.check_liveness(someone_could_lead);
+    }
+    for slot in &mut slots {
+        for process in &mut slot.processes {
+            process.kill(&world);
+        }
+    }
+    let state = world.state.lock().unwrap();
+    RunReport {
+        seed,
+        violation: state.violation.clone(),
+        tail: state.trace.tail().map(|e| e.to_string()).collect(),
+        digest: state.trace.digest(),
+        events: state.trace.events,
+        statements: state.statements,
+        scenario: world.scenario.brief(),
+    }
+}
+
+fn start(world: &Arc<World>, node: usize, slot: &mut Slot, rng: &mut SmallRng) {
+    slot.incarnations += 1;
+    let process = Process::start(
+        world,
+        node,
+        slot.incarnations,
+        slot.priority,
+        rng.next_u64(),
+    );
+    slot.processes.push(process);
+}
+
+fn act(world: &Arc<World>, slots: &mut [Slot], action: &Action, rng: &mut SmallRng) {
+    let scenario = &world.scenario;
+    let (index, begin) = match action {
+        Action::Begin(i) => (*i, true),
+        Action::End(i) => (*i, false),
+        Action::TermDuringReload(i) => {
+            if let Fault::StopDuringReload { node, .. } = scenario.events[*i].fault {
+                world.trace("driver", format!("SIGTERM to {node} during its reload"));
+                if let Some(process) = slots[node].current() {
+                    process.terminate(world);
+                }
+            }
+            return;
+        }
+    };
+    let event = &scenario.events[index];
+    let length = event.until - event.from;
+    world.trace(
+        "driver",
+        format!(
+            "{} {:?} for {:.3}s",
+            if begin { "begins" } else { "ends" },
+            event.fault,
+            length.as_secs_f64()
+        ),
+    );
+    match (&event.fault, begin) {
+        (Fault::SlowStatements { .. }, _)
+        | (Fault::LostAnswers { .. }, _)
+        | (Fault::FailedStatements { .. }, _) => {}
+        (Fault::RefuseConnections, true) => {
+            world.state.lock().unwrap().db.refuse_until = Some(Instant::now() + length);
+        }
+        (Fault::Restart, true) => {
+            let mut state = world.state.lock().unwrap();
+            state.db.epoch += 1;
+            state.db.refuse_until = Some(Instant::now() + length);
+        }
+        (Fault::Restart, false) => {
+            // Listeners connect again, and wake once (a release may have been missed).
+            let mut state = world.state.lock().unwrap();
+            state.db.listeners.retain(|(_, l)| !l.is_closed());
+            for (_, listener) in &state.db.listeners {
+                let _ = listener.try_send(());
+            }
+        }
+        (Fault::Freeze { node }, frozen) => {
+            if let Some(process) = slots[*node].current() {
+                process.freeze(frozen);
+            }
+        }
+        (Fault::Suspend { node }, true) => {
+            if let Some(process) = slots[*node].current() {
+                process.suspend(length);
+            }
+        }
+        (Fault::Crash { node, .. }, true) => {
+            if let Some(process) = slots[*node].current() {
+                process.kill(world);
+            }
+        }
+        (
+            Fault::Crash {
+                node,
+                restart: true,
+            },
+            false,
+        )
+        | (
+            Fault::Stop {
+                node,
+                restart: true,
+            },
+            false,
+        ) => {
+            restart_node(world, &mut slots[*node], *node, rng);
+        }
+        (Fault::Twin { node }, true) => {
+            let slot = &mut slots[*node];
+            slot.incarnations += 1;
+            let twin = Process::start(
+                world,
+                *node,
+                slot.incarnations,
+                slot.priority,
+                rng.next_u64(),
+            );
+            // Before the current process, so that the node's own process stays current.
+            let at = slot.processes.len().saturating_sub(1);
+            slot.processes.insert(at, twin);
+        }
+        (Fault::Twin { node }, false) => {
+            let slot = &mut slots[*node];
+            if slot.processes.len() > 1 {
+                let at = slot.processes.len() - 2;
+                slot.processes[at].kill(world);
+            }
+        }
+        (Fault::Stop { node, .. }, true) => {
+            if let Some(process) = slots[*node].current() {
+                process.terminate(world);
+            }
+        }
+        (Fault::StopDuringReload { node, reload }, true) => {
+            if let Some(process) = slots[*node].current() {
+                *process.reload_delay.lock().unwrap() = *reload;
+                process.hang_up();
+            }
+        }
+        (Fault::SlowStatusFile { node, delay, fail }, on) => {
+            if let Some(process) = slots[*node].current() {
+                *process.file.lock().unwrap() = match on {
+                    true => node::FileFaults {
+                        delay: *delay,
+                        fail: *fail,
+                    },
+                    false => node::FileFaults::default(),
+                };
+            }
+        }
+        (Fault::Unhealthy { node }, failing) => {
+            for process in &slots[*node].processes {
+                process.set_failing(failing);
+            }
+        }
+        (Fault::Pause { resume }, true) => {
+            let duration = match resume {
+                true => Duration::from_secs(3600),
+                false => length,
+            };
+            operator(world, rng, move |mut store| async move {
+                // As a script would: again after a failure.
+                for _ in 0..10 {
+                    match crate::store::ControlStore::pause(&mut store, ELECTION, duration).await {
+                        Ok(()) => return,
+                        Err(_) => sleep(Duration::from_millis(500)).await,
+                    }
+                }
+            });
+        }
+        (Fault::Pause { resume: true }, false) => {
+            operator(world, rng, |mut store| async move {
+                for _ in 0..10 {
+                    match crate::store::ControlStore::resume(&mut store, ELECTION).await {
+                        Ok(_) => return,
+                        Err(_) => sleep(Duration::from_millis(500)).await,
+                    }
+                }
+            });
+        }
+        (Fault::Resign, true) => {
+            let world_ = Arc::clone(world);
+            operator(world, rng, move |store| step_down(world_, store, None));
+        }
+        (Fault::Handover { to }, true) => {
+            let world_ = Arc::clone(world);
+            let to = scenario.nodes[*to].id.clone();
+            operator(world, rng, move |store| step_down(world_, store, Some(to)));
+        }
+        (Fault::Priority { node, priority }, true) => {
+            slots[*node].priority = *priority;
+            restart_node(world, &mut slots[*node], *node, rng);
+        }
+        _ => {}
+    }
+}
+
+/// Stops the node's current process if it still runs (SIGKILL, as systemd does after
+/// its stop timeout), and starts a new one.
+fn restart_node(world: &Arc<World>, slot: &mut Slot, node: usize, rng: &mut SmallRng) {
+    if let Some(process) = slot.current() {
+        if process.alive(world) {
+            process.kill(world);
+        }
+    }
+    start(world, node, slot, rng);
+}
+
+/// Runs an operator command on a connection of its own (its statements meet no faults).
+fn operator<F: std::future::Future<Output = ()> + Send + 'static>(
+    world: &Arc<World>,
+    rng: &mut SmallRng,
+    command: impl FnOnce(SimStore) -> F,
+) {
+    let dice = Arc::new(Mutex::new(Dice::quiet(SmallRng::seed_from_u64(
+        rng.next_u64(),
+    ))));
+    let store = SimStore::new(world, None, "operator", dice);
+    tokio::spawn(command(store));
+}
+
+/// `leaderd resign` (`to: None`) and `leaderd handover --to`, as `operator.rs` runs them:
+/// the same checks, the same request, and a wait for the new leader.
+async fn step_down(world: Arc<World>, mut store: SimStore, to: Option<String>) {
+    use crate::store::{ControlStore, LeaseStore};
+    let say = |what: String| world.trace("operator", what);
+    let Ok(Some(row)) = store.get(ELECTION).await else {
+        return say("exit 69/4: no row".into());
+    };
+    let Some(leader) = row.live_holder().map(str::to_owned) else {
+        return say("exit 4: no leader".into());
+    };
+    if row.paused() {
+        return say("exit 6: paused".into());
+    }
+    if let Some(to) = &to {
+        let Ok(members) = store.members(ELECTION).await else {
+            return say("exit 69: members".into());
+        };
+        if let Err(why) = crate::operator::check_target(&members, to, &leader) {
+            return say(format!("exit 2: {why}"));
+        }
+    }
+    match store
+        .request_step_down(ELECTION, &leader, row.term, to.as_deref())
+        .await
+    {
+        Ok(true) => {}
+        _ => return say("exit 4/69: not asked".into()),
+    }
+    let give_up = Instant::now() + world.scenario.ttl * 10;
+    while Instant::now() < give_up {
+        sleep(Duration::from_millis(100)).await;
+        if let Ok(Some(now)) = store.get(ELECTION).await {
+            if let Some(new) = now.live_holder().filter(|_| now.term > row.term) {
+                return say(format!("done: {new} leads (term {})", now.term));
+            }
+        }
+    }
+    say("exit 5: nobody took over".into());
+}

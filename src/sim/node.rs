@@ -1,0 +1,444 @@
+//! One simulated `leaderd run` process: the real [`Election`] on a [`SimStore`], the real
+//! members task ([`crate::members::run`]) on a second connection, and the daemon's real
+//! stop sequence ([`crate::daemon::serve_until_shutdown`]), wired as `daemon.rs` wires
+//! them. What runs processes or touches the disk is modelled by what it promises the
+//! election: the hook supervisor (leader work that takes a while to stop, then a resign
+//! or the end of the step-down), the status file (durable versions, slow or failing
+//! writes) and the health check (a claim gate and the resigns of a failing leader).
+//! Every task of the process can be frozen (SIGSTOP) or killed (SIGKILL) at once.
+
+use rand::rngs::SmallRng;
+use rand::{RngCore, SeedableRng};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep, sleep_until};
+
+use super::db::{Dice, SimStore};
+use super::world::{ELECTION, ProcessView, World};
+use crate::daemon::serve_until_shutdown;
+use crate::election::{
+    CandidacyGate, Election, ElectionSettings, ResignHandle, Role, RoleEvent, Status,
+};
+use crate::hooks::health::Health;
+use crate::status_file::Standing;
+use crate::store::MemberRecord;
+
+/// How the status file's writes go: each takes `delay` more, and fails while `fail`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct FileFaults {
+    pub(super) delay: Duration,
+    pub(super) fail: bool,
+}
+
+/// The status file writer retries a failed write this often (as `status_file.rs`).
+const FILE_RETRY: Duration = Duration::from_millis(100);
+
+/// What the hook supervisor is asked from outside the election.
+enum HookRequest {
+    /// A failing health check: step down through the resign sequence.
+    Resign,
+    /// The daemon stops: stop the leader work; answer when done.
+    StepDown(oneshot::Sender<()>),
+}
+
+/// A running (or ended) process, as the driver steers it.
+pub(super) struct Process {
+    /// Its index in the world's process list.
+    pub(super) index: usize,
+    freeze: watch::Sender<bool>,
+    term: Option<oneshot::Sender<()>>,
+    hup: mpsc::UnboundedSender<()>,
+    pub(super) reload_delay: Arc<Mutex<Duration>>,
+    pub(super) file: Arc<Mutex<FileFaults>>,
+    failing: watch::Sender<bool>,
+    /// Nanoseconds the host slept (its boot clock is that far ahead).
+    slept: Arc<AtomicU64>,
+    tasks: Vec<JoinHandle<()>>,
+    pub(super) has_health_check: bool,
+    pub(super) candidate: bool,
+}
+
+impl Process {
+    /// Starts node `node`'s process number `incarnation` with `priority`.
+    pub(super) fn start(
+        world: &Arc<World>,
+        node: usize,
+        incarnation: u32,
+        priority: i64,
+        seed: u64,
+    ) -> Process {
+        let scenario = &world.scenario;
+        let spec = scenario.nodes[node].clone();
+        let label = format!("{}#{}", spec.id, incarnation);
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let settings =
+            ElectionSettings::new(ELECTION, &spec.id, scenario.ttl, scenario.interval).unwrap();
+        let dice = Arc::new(Mutex::new(Dice::new(
+            SmallRng::seed_from_u64(rng.next_u64()),
+            world.start,
+            node,
+            &scenario.events,
+        )));
+        let index = world.state.lock().unwrap().processes.len();
+        let store = SimStore::new(world, Some(index), &label, Arc::clone(&dice));
+        let (mut election, status) = Election::new(settings, store);
+        election.seed_randomness(rng.next_u64());
+        let slept = Arc::new(AtomicU64::new(0));
+        let boot_slept = Arc::clone(&slept);
+        let start = world.start;
+        // A boot clock that follows the virtual clock, plus the time the host slept.
+        election.set_boot_clock(Arc::new(move || {
+            Duration::from_secs(1000)
+                + (Instant::now() - start)
+                + Duration::from_nanos(boot_slept.load(Ordering::SeqCst))
+        }));
+        world.state.lock().unwrap().processes.push(ProcessView {
+            label: label.clone(),
+            node,
+            status: status.clone(),
+            alive: true,
+            stop_began: None,
+            sent: VecDeque::new(),
+            last_term: None,
+        });
+        world.trace(&label, format!("starts (priority {priority})"));
+
+        let claims = election.claim_gate();
+        if !spec.candidate {
+            claims.close();
+        }
+        let health_gate =
+            (spec.health_check && spec.candidate).then(|| election.extra_claim_gate());
+        let (standing_sender, standing) = watch::channel(Standing {
+            candidate: spec.candidate,
+            health: health_gate.as_ref().map(|_| Health::Starting),
+        });
+        let events = election.events();
+        let resign = election.resign_handle();
+        let (hooks, hook_requests) = mpsc::unbounded_channel();
+        let (durable_sender, durable) = watch::channel(0u64);
+        election.release_after(durable);
+        let file = Arc::new(Mutex::new(FileFaults::default()));
+        let (freeze, frozen) = watch::channel(false);
+        let (failing, failing_seen) = watch::channel(false);
+        let (term, term_received) = oneshot::channel::<()>();
+        let (hup, mut hup_received) = mpsc::unbounded_channel();
+        let reload_delay = Arc::new(Mutex::new(Duration::ZERO));
+
+        let mut tasks = Vec::new();
+        let mut spawn = |task: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>| {
+            tasks.push(tokio::spawn(freezable(task, frozen.clone())));
+        };
+        spawn(Box::pin(hook_model(
+            events,
+            hook_requests,
+            resign,
+            spec.step_down,
+        )));
+        spawn(Box::pin(status_file_model(
+            status.clone(),
+            durable_sender,
+            Arc::clone(&file),
+        )));
+        let record = MemberRecord {
+            election: ELECTION.to_owned(),
+            node_id: spec.id.clone(),
+            candidate: may_lead(&standing.borrow()),
+            priority,
+            version: "sim".to_owned(),
+            host: label.clone(),
+        };
+        let members_store = SimStore::new(world, Some(index), &format!("{label}/m"), dice);
+        spawn(Box::pin(crate::members::run(
+            record,
+            members_store,
+            status.clone(),
+            standing.clone(),
+            spec.preempt_after,
+        )));
+        if let Some(gate) = health_gate {
+            spawn(Box::pin(health_model(
+                gate,
+                standing_sender,
+                status.clone(),
+                failing_seen,
+                hooks.clone(),
+                scenario.interval,
+            )));
+        }
+        let delay = Arc::clone(&reload_delay);
+        let ended = Arc::clone(world);
+        let ended_label = label.clone();
+        spawn(Box::pin(async move {
+            let (stopping, _) = watch::channel(false);
+            let stop = async {
+                serve_until_shutdown(
+                    async {
+                        let _ = term_received.await;
+                    },
+                    &mut hup_received,
+                    || sleep(*delay.lock().unwrap()),
+                    |()| {},
+                    &claims,
+                    &stopping,
+                )
+                .await;
+                let (done, stepped_down) = oneshot::channel();
+                let _ = hooks.send(HookRequest::StepDown(done));
+                let _ = stepped_down.await;
+            };
+            election.run(stop).await;
+            ended.trace(&ended_label, "ends".to_owned());
+            ended.state.lock().unwrap().processes[index].alive = false;
+            ended.check();
+        }));
+        // The world's eyes: not part of the process, never frozen.
+        let watcher = Arc::clone(world);
+        let mut published = status;
+        tasks.push(tokio::spawn(async move {
+            while published.changed().await.is_ok() {
+                let now = published.borrow().clone();
+                watcher.trace(&label, describe(&now, watcher.start));
+                watcher.check();
+            }
+        }));
+        Process {
+            index,
+            freeze,
+            term: Some(term),
+            hup,
+            reload_delay,
+            file,
+            failing,
+            slept,
+            tasks,
+            has_health_check: spec.health_check && spec.candidate,
+            candidate: spec.candidate,
+        }
+    }
+
+    pub(super) fn freeze(&self, frozen: bool) {
+        self.freeze.send_replace(frozen);
+    }
+
+    pub(super) fn frozen(&self) -> bool {
+        *self.freeze.borrow()
+    }
+
+    pub(super) fn suspend(&self, slept: Duration) {
+        self.slept
+            .fetch_add(slept.as_nanos() as u64, Ordering::SeqCst);
+    }
+
+    /// SIGTERM.
+    pub(super) fn terminate(&mut self, world: &World) {
+        if let Some(term) = self.term.take() {
+            let _ = term.send(());
+            let mut state = world.state.lock().unwrap();
+            state.processes[self.index]
+                .stop_began
+                .get_or_insert(Instant::now());
+        }
+    }
+
+    /// SIGHUP.
+    pub(super) fn hang_up(&self) {
+        let _ = self.hup.send(());
+    }
+
+    /// SIGKILL: every task ends now; its statements on their way go on in the database.
+    pub(super) fn kill(&mut self, world: &World) {
+        for task in self.tasks.drain(..) {
+            task.abort();
+        }
+        world.state.lock().unwrap().processes[self.index].alive = false;
+    }
+
+    pub(super) fn set_failing(&self, failing: bool) {
+        self.failing.send_replace(failing);
+    }
+
+    pub(super) fn failing(&self) -> bool {
+        *self.failing.borrow()
+    }
+
+    pub(super) fn alive(&self, world: &World) -> bool {
+        world.state.lock().unwrap().processes[self.index].alive
+    }
+
+    pub(super) fn stopping(&self) -> bool {
+        self.term.is_none()
+    }
+}
+
+/// As `members.rs` decides it: a candidate whose check, if any, passes.
+fn may_lead(standing: &Standing) -> bool {
+    standing.candidate && matches!(standing.health, None | Some(Health::Healthy))
+}
+
+fn describe(status: &Status, start: Instant) -> String {
+    let deadline = status
+        .lease_deadline
+        .map(|d| format!(" until {:.3}s", (d - start).as_secs_f64()))
+        .unwrap_or_default();
+    format!(
+        "publishes {} term {:?} leader {:?}{deadline}{}",
+        status.role.as_str(),
+        status.term,
+        status.leader,
+        if status.paused { " paused" } else { "" }
+    )
+}
+
+/// Runs `task` while `frozen` says no: a frozen task is not polled (its timers fire, and
+/// it sees them when it is continued), as a stopped process.
+async fn freezable<T>(task: impl Future<Output = T>, mut frozen: watch::Receiver<bool>) -> T {
+    tokio::pin!(task);
+    loop {
+        if *frozen.borrow_and_update() {
+            if frozen.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            continue;
+        }
+        tokio::select! {
+            biased;
+            changed = frozen.changed() => if changed.is_err() {
+                return task.await;
+            },
+            done = &mut task => return done,
+        }
+    }
+}
+
+/// The hook supervisor's promises to the election: leader work runs from `Elected` until
+/// `Demoted`, and takes `stop_time` to stop; a resign request is passed on once it has
+/// stopped; a shutdown's step-down ends once it has.
+async fn hook_model(
+    mut events: mpsc::UnboundedReceiver<RoleEvent>,
+    mut requests: mpsc::UnboundedReceiver<HookRequest>,
+    resign: ResignHandle,
+    stop_time: Duration,
+) {
+    let mut leading: Option<i64> = None;
+    let mut resigning: Option<(Instant, i64)> = None;
+    let mut stepping_down: Option<(Instant, oneshot::Sender<()>)> = None;
+    let mut requests_open = true;
+    loop {
+        let resign_at = resigning.map(|(at, _)| at);
+        let stepped_down_at = stepping_down.as_ref().map(|(at, _)| *at);
+        tokio::select! {
+            biased;
+            event = events.recv() => match event {
+                None => return,
+                Some(RoleEvent::Elected { term }) => leading = Some(term),
+                Some(RoleEvent::Demoted { term }) => {
+                    if leading == Some(term) {
+                        leading = None;
+                    }
+                }
+                Some(RoleEvent::ResignRequested { term }) => {
+                    if leading == Some(term) && resigning.is_none() {
+                        resigning = Some((Instant::now() + stop_time, term));
+                    }
+                }
+                Some(RoleEvent::LeaderChanged { .. }) => {}
+            },
+            request = requests.recv(), if requests_open => match request {
+                None => requests_open = false,
+                Some(HookRequest::Resign) => {
+                    if let (Some(term), None) = (leading, resigning) {
+                        resigning = Some((Instant::now() + stop_time, term));
+                    }
+                }
+                Some(HookRequest::StepDown(done)) => {
+                    let now = Instant::now();
+                    let work_stopped = match (leading, resign_at) {
+                        (_, Some(at)) => at,
+                        (Some(_), None) => now + stop_time,
+                        (None, None) => now,
+                    };
+                    stepping_down = Some((work_stopped, done));
+                }
+            },
+            _ = sleep_until(resign_at.unwrap_or_else(Instant::now)), if resign_at.is_some() => {
+                if let Some((_, term)) = resigning.take() {
+                    leading = None;
+                    resign.resign_term(term);
+                }
+            }
+            _ = sleep_until(stepped_down_at.unwrap_or_else(Instant::now)), if stepped_down_at.is_some() => {
+                if let Some((_, done)) = stepping_down.take() {
+                    leading = None;
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+}
+
+/// The status file's promise: it reports each version durable once written; writes take
+/// their time, and a failing one is retried every `FILE_RETRY`.
+async fn status_file_model(
+    mut status: watch::Receiver<Status>,
+    durable: watch::Sender<u64>,
+    faults: Arc<Mutex<FileFaults>>,
+) {
+    loop {
+        let version = status.borrow_and_update().version;
+        loop {
+            let FileFaults { delay, fail } = *faults.lock().unwrap();
+            sleep(Duration::from_micros(500) + delay).await;
+            if !fail {
+                break;
+            }
+            sleep(FILE_RETRY).await;
+        }
+        durable.send_replace(version);
+        if status.changed().await.is_err() && !status.has_changed().unwrap_or(false) {
+            return;
+        }
+    }
+}
+
+/// The health check's promise: no claim until it first passes (after one check
+/// interval), none while it fails, and a failing leader steps down through the hooks.
+async fn health_model(
+    gate: CandidacyGate,
+    standing: watch::Sender<Standing>,
+    mut status: watch::Receiver<Status>,
+    mut failing: watch::Receiver<bool>,
+    hooks: mpsc::UnboundedSender<HookRequest>,
+    check_every: Duration,
+) {
+    gate.close();
+    sleep(check_every).await;
+    let mut health = Health::Starting;
+    loop {
+        let now = match *failing.borrow_and_update() {
+            true => Health::Failing,
+            false => Health::Healthy,
+        };
+        if now != health {
+            health = now;
+            match now {
+                Health::Healthy => gate.open(),
+                _ => gate.close(),
+            }
+            standing.send_modify(|standing| standing.health = Some(now));
+        }
+        if health == Health::Failing && status.borrow_and_update().role == Role::Leader {
+            let _ = hooks.send(HookRequest::Resign);
+        }
+        tokio::select! {
+            biased;
+            changed = failing.changed() => if changed.is_err() { return },
+            changed = status.changed() => if changed.is_err() { return },
+        }
+    }
+}

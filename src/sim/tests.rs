@@ -1,0 +1,234 @@
+//! The simulator's runs: the CI budget of seeds, replays, and the soak run by hand.
+
+use super::*;
+
+/// Seeds CI runs (`LEADERD_SIM_SEEDS` overrides; `LEADERD_SIM_FIRST` moves the start).
+const CI_SEEDS: u64 = 200;
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// Runs `count` seeds from `first` on every core; the first failing one, if any.
+/// What a search did: the first failing seed, if any, and the work done.
+struct Searched {
+    failure: Option<RunReport>,
+    seeds: u64,
+    statements: u64,
+    took: Duration,
+}
+
+impl Searched {
+    fn summary(&self) -> String {
+        format!(
+            "{} seeds in {:.1}s ({:.0} seeds/s, {} statements)",
+            self.seeds,
+            self.took.as_secs_f64(),
+            self.seeds as f64 / self.took.as_secs_f64(),
+            self.statements
+        )
+    }
+}
+
+fn search(first: u64, count: u64) -> Searched {
+    let started = std::time::Instant::now();
+    let seeds = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let statements = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
+    let failure = Arc::new(Mutex::new(None::<RunReport>));
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let failure = Arc::clone(&failure);
+            let (seeds, statements) = (Arc::clone(&seeds), Arc::clone(&statements));
+            scope.spawn(move || {
+                let mut seed = first + t;
+                while seed < first + count {
+                    if failure
+                        .lock()
+                        .unwrap()
+                        .as_ref()
+                        .is_some_and(|f| f.seed < seed)
+                    {
+                        return;
+                    }
+                    let report = run(seed);
+                    seeds.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    statements.fetch_add(report.statements, std::sync::atomic::Ordering::Relaxed);
+                    if report.violation.is_some() {
+                        let mut found = failure.lock().unwrap();
+                        if found.as_ref().is_none_or(|f| f.seed > seed) {
+                            *found = Some(report);
+                        }
+                        return;
+                    }
+                    seed += threads;
+                }
+            });
+        }
+    });
+    let found = failure.lock().unwrap().take();
+    Searched {
+        failure: found,
+        seeds: seeds.load(std::sync::atomic::Ordering::Relaxed),
+        statements: statements.load(std::sync::atomic::Ordering::Relaxed),
+        took: started.elapsed(),
+    }
+}
+
+#[test]
+fn every_property_holds_for_the_ci_seeds() {
+    let first = env_u64("LEADERD_SIM_FIRST").unwrap_or(0);
+    let count = env_u64("LEADERD_SIM_SEEDS").unwrap_or(CI_SEEDS);
+    let searched = search(first, count);
+    eprintln!("simulator: {}", searched.summary());
+    if let Some(report) = searched.failure {
+        panic!("{}", report.explain());
+    }
+}
+
+/// `LEADERD_SIM_SEED=N`: runs one seed and prints its report (twice: the same trace).
+#[test]
+fn replay() {
+    let Some(seed) = env_u64("LEADERD_SIM_SEED") else {
+        return;
+    };
+    let report = run(seed);
+    eprintln!("{}", report.explain());
+    eprintln!("scenario: {:#?}", schedule::Scenario::draw(seed));
+    for line in &report.tail {
+        eprintln!("{line}");
+    }
+    let again = run(seed);
+    assert_eq!(
+        report.digest, again.digest,
+        "the same seed gave another run"
+    );
+}
+
+/// A seed fixes the whole run: the same seed gives the same trace, event for event.
+#[test]
+fn a_seed_replays_the_same_run() {
+    for seed in [1, 2, 3] {
+        let (first, second) = (run(seed), run(seed));
+        assert_eq!(
+            (first.digest, first.events),
+            (second.digest, second.events),
+            "seed {seed}"
+        );
+    }
+}
+
+/// By hand: `LEADERD_SIM_SEEDS=1000000 cargo test --release --lib sim::tests::soak -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn soak() {
+    let first = env_u64("LEADERD_SIM_FIRST").unwrap_or(1_000_000);
+    let count = env_u64("LEADERD_SIM_SEEDS").unwrap_or(100_000);
+    let searched = search(first, count);
+    eprintln!("soak: {}", searched.summary());
+    if let Some(report) = searched.failure {
+        panic!("{}", report.explain());
+    }
+}
+
+/// The runs that found bugs, as scenarios of their own (a seed's scenario changes with
+/// the schedule's generator; these do not). Each failed before its fix.
+mod regressions {
+    use super::*;
+    use schedule::{Event, Fault, NodeSpec, RUN};
+
+    fn node(id: &str) -> NodeSpec {
+        NodeSpec {
+            id: id.to_owned(),
+            candidate: true,
+            priority: 0,
+            preempt_after: Duration::from_secs(10),
+            health_check: false,
+            step_down: Duration::ZERO,
+        }
+    }
+
+    fn at(from_ms: u64, until_ms: u64, fault: Fault) -> Event {
+        Event {
+            from: Duration::from_millis(from_ms),
+            until: Duration::from_millis(until_ms),
+            fault,
+        }
+    }
+
+    fn scenario(nodes: Vec<NodeSpec>, notifies: bool, events: Vec<Event>) -> Scenario {
+        Scenario {
+            ttl: Duration::from_millis(1200),
+            interval: Duration::from_secs(1),
+            notifies,
+            clock_at_arrival: true,
+            nodes,
+            events,
+            length: RUN / 2,
+        }
+    }
+
+    fn passes(scenario: Scenario) {
+        for seed in 0..20 {
+            let report = run_scenario(seed, scenario.clone());
+            assert!(report.violation.is_none(), "{}", report.explain());
+        }
+    }
+
+    /// Issue 20, 2.3 (seed 0 of the first search, property 5): a paused election whose
+    /// lease was released polled every few milliseconds, at the lapse of a lease that had
+    /// lapsed already, for the whole pause.
+    #[test]
+    fn a_paused_election_without_a_leader_polls_at_its_interval() {
+        passes(scenario(
+            vec![node("a"), node("b"), node("c")],
+            false,
+            vec![
+                at(2000, 4000, Fault::Handover { to: 1 }),
+                at(2100, 6000, Fault::Pause { resume: false }),
+            ],
+        ));
+    }
+
+    /// Issue 20, 2.2 (seed 46, property 5): a leader whose deadline passed during a pause
+    /// (its statements failing, then a database restart) retried its refused reacquire
+    /// every few milliseconds until the pause ended.
+    #[test]
+    fn a_lapsed_leader_in_a_pause_waits_for_its_end() {
+        passes(scenario(
+            vec![node("a"), node("b"), node("c")],
+            false,
+            vec![
+                at(2000, 9000, Fault::Pause { resume: false }),
+                at(3000, 6000, Fault::FailedStatements { node: 0, p: 0.9 }),
+                at(3000, 6000, Fault::FailedStatements { node: 1, p: 0.9 }),
+                at(3000, 6000, Fault::FailedStatements { node: 2, p: 0.9 }),
+                at(5000, 5800, Fault::Restart),
+            ],
+        ));
+    }
+
+    /// Issue 20, 2.1 (seed 701, property 6): SIGTERM during a slow SIGHUP reload left the
+    /// claim gate open; the stopping leader, whose leader work took seconds to stop, lost
+    /// its deadline in a database restart and started a new term.
+    #[test]
+    fn a_node_told_to_stop_during_a_reload_starts_no_term() {
+        let mut slow = node("a");
+        slow.step_down = Duration::from_millis(3400);
+        passes(scenario(
+            vec![slow, node("b"), node("c")],
+            false,
+            vec![
+                at(
+                    3000,
+                    6200,
+                    Fault::StopDuringReload {
+                        node: 0,
+                        reload: Duration::from_millis(3200),
+                    },
+                ),
+                at(4500, 6700, Fault::Restart),
+            ],
+        ));
+    }
+}

@@ -1,0 +1,285 @@
+//! What the simulation knows of the whole world: the database, every process that ever
+//! ran, the trace, and the properties, checked after every event (every commit, every
+//! status a node publishes, every scheduled event) and at a regular tick.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::db::Db;
+use super::schedule::Scenario;
+use super::trace::Trace;
+use crate::election::{Role, Status};
+
+/// The election every simulated node takes part in.
+pub(super) const ELECTION: &str = "sim";
+
+/// Statements one process may send in any one second (property 5). A round is one
+/// statement, two or three when the row changed; retries after failures start at 50 ms
+/// and double; a member record is one more every ten seconds.
+pub(super) const STATEMENTS_PER_SECOND: usize = 20;
+
+/// A property that failed, and where.
+#[derive(Debug, Clone)]
+pub(crate) struct Violation {
+    pub(crate) property: &'static str,
+    pub(crate) at: Duration,
+    pub(crate) detail: String,
+}
+
+/// One process, as the world sees it.
+pub(super) struct ProcessView {
+    /// `b#2`: node b's second process.
+    pub(super) label: String,
+    pub(super) node: usize,
+    pub(super) status: watch::Receiver<Status>,
+    /// Not killed and not ended.
+    pub(super) alive: bool,
+    /// When it was told to stop (SIGTERM).
+    pub(super) stop_began: Option<Instant>,
+    /// When its statements were sent, over the last second.
+    pub(super) sent: VecDeque<Instant>,
+    /// The last term it acted as leader in.
+    pub(super) last_term: Option<i64>,
+}
+
+pub(super) struct State {
+    pub(super) db: Db,
+    pub(super) trace: Trace,
+    pub(super) processes: Vec<ProcessView>,
+    pub(super) violation: Option<Violation>,
+    /// Which process acted as leader in each term.
+    acted: BTreeMap<i64, usize>,
+    /// Since when no process acts as leader.
+    leaderless_since: Option<Instant>,
+    /// Statements sent in the run.
+    pub(super) statements: u64,
+}
+
+pub(super) struct World {
+    pub(super) start: Instant,
+    pub(super) scenario: Scenario,
+    pub(super) state: Mutex<State>,
+    /// From when the election must have a leader whenever a live candidate could lead.
+    pub(super) quiet_from: Instant,
+}
+
+impl World {
+    pub(super) fn new(scenario: Scenario) -> World {
+        let start = Instant::now();
+        let settle = scenario
+            .nodes
+            .iter()
+            .map(|n| n.step_down)
+            .max()
+            .unwrap_or_default()
+            + scenario.ttl * 2;
+        let last = scenario
+            .events
+            .iter()
+            .map(|e| e.until)
+            .max()
+            .unwrap_or_default();
+        World {
+            start,
+            quiet_from: start + last + settle,
+            scenario,
+            state: Mutex::new(State {
+                db: Db::new(),
+                trace: Trace::default(),
+                processes: Vec::new(),
+                violation: None,
+                acted: BTreeMap::new(),
+                leaderless_since: None,
+                statements: 0,
+            }),
+        }
+    }
+
+    pub(super) fn elapsed(&self) -> Duration {
+        Instant::now() - self.start
+    }
+
+    pub(super) fn trace(&self, who: &str, what: String) {
+        let at = self.elapsed();
+        self.state.lock().unwrap().trace.push(at, who, what);
+    }
+
+    /// A statement leaves a process: property 5 (no busy loop) and 6 (a stopping node
+    /// starts no term).
+    pub(super) fn on_send(&self, process: Option<usize>, who: &str, what: &str, starts_term: bool) {
+        let now = Instant::now();
+        let at = now - self.start;
+        let mut state = self.state.lock().unwrap();
+        state.statements += 1;
+        state.trace.push(at, who, format!("sends {what}"));
+        let Some(index) = process else { return };
+        let view = &mut state.processes[index];
+        while view
+            .sent
+            .front()
+            .is_some_and(|t| now - *t >= Duration::from_secs(1))
+        {
+            view.sent.pop_front();
+        }
+        view.sent.push_back(now);
+        let (count, label, stopping) = (view.sent.len(), view.label.clone(), view.stop_began);
+        if count > STATEMENTS_PER_SECOND {
+            fail(
+                &mut state,
+                at,
+                "5: no node sends more than 20 statements in a second",
+                format!("{label} sent {count} statements in the last second"),
+            );
+        }
+        if let Some(began) = stopping.filter(|_| starts_term) {
+            fail(
+                &mut state,
+                at,
+                "6: a node that has begun to stop never starts a term",
+                format!(
+                    "{label} sends `{what}` {:?} after it was told to stop",
+                    now - began
+                ),
+            );
+        }
+    }
+
+    /// Properties 1 to 3, and the bookkeeping for liveness.
+    pub(super) fn check(&self) {
+        let now = Instant::now();
+        let at = now - self.start;
+        let mut state = self.state.lock().unwrap();
+        if state.violation.is_some() {
+            return;
+        }
+        let row = state.db.table.lease_row(ELECTION, now);
+        let acting: Vec<(usize, Status)> = state
+            .processes
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.alive)
+            .filter_map(|(i, p)| {
+                let status = p.status.borrow();
+                let acts = status.role == Role::Leader
+                    && status.lease_deadline.is_some_and(|deadline| now < deadline);
+                acts.then(|| (i, status.clone()))
+            })
+            .collect();
+        if acting.len() > 1 {
+            let who: Vec<String> = acting
+                .iter()
+                .map(|(i, s)| format!("{} (term {:?})", state.processes[*i].label, s.term))
+                .collect();
+            return fail(
+                &mut state,
+                at,
+                "1: at no instant do two nodes act as leader",
+                who.join(" and "),
+            );
+        }
+        let Some((index, status)) = acting.into_iter().next() else {
+            state.leaderless_since.get_or_insert(now);
+            return;
+        };
+        state.leaderless_since = None;
+        let label = state.processes[index].label.clone();
+        let node_id = self.scenario.nodes[state.processes[index].node].id.clone();
+        let deadline = status.lease_deadline.expect("a leader has a deadline");
+        let held = row.as_ref().is_some_and(|r| {
+            r.holder.as_deref() == Some(node_id.as_str())
+                && Some(r.term) == status.term
+                && deadline <= now + r.remaining()
+        });
+        if !held {
+            return fail(
+                &mut state,
+                at,
+                "2: a node acts as leader only while the row names it, in its term, live",
+                format!(
+                    "{label} acts in term {:?} until {:?}, but the row is {row:?}",
+                    status.term,
+                    deadline - self.start
+                ),
+            );
+        }
+        let term = status.term.expect("a leader has a term");
+        let first = *state.acted.entry(term).or_insert(index);
+        if first != index {
+            let other = state.processes[first].label.clone();
+            return fail(
+                &mut state,
+                at,
+                "3: no term is acted on by two processes",
+                format!("term {term}: {other} and {label}"),
+            );
+        }
+        let view = &mut state.processes[index];
+        if view.last_term.is_some_and(|last| term < last) {
+            let last = view.last_term;
+            return fail(
+                &mut state,
+                at,
+                "3: terms only grow",
+                format!("{label} acts in term {term} after term {last:?}"),
+            );
+        }
+        view.last_term = Some(term);
+    }
+
+    /// Property 4: once the faults are over, a candidate leads within ttl + interval +
+    /// `LIVENESS_SLACK` whenever one could.
+    pub(super) fn check_liveness(&self, someone_could_lead: bool) {
+        let now = Instant::now();
+        let bound = self.scenario.ttl + self.scenario.interval + LIVENESS_SLACK;
+        let mut state = self.state.lock().unwrap();
+        // A pause in force (one whose `resume` failed, say) excuses the election: count
+        // from its end.
+        if state
+            .db
+            .table
+            .lease_row(ELECTION, now)
+            .is_some_and(|row| row.paused())
+        {
+            state.leaderless_since = None;
+            return;
+        }
+        let Some(since) = state.leaderless_since else {
+            return;
+        };
+        let since = since.max(self.quiet_from);
+        if someone_could_lead && now > since + bound {
+            let at = now - self.start;
+            fail(
+                &mut state,
+                at,
+                "4: once the faults are over, a candidate leads within ttl + interval + 1s",
+                format!(
+                    "no leader since {:?}, faults over at {:?}",
+                    since - self.start,
+                    self.quiet_from - self.start
+                ),
+            );
+        }
+    }
+}
+
+/// The slack of the liveness bound, on top of ttl + interval: a follower's poll lands up
+/// to a spread after the lapse, and a claim needs its round trips.
+pub(super) const LIVENESS_SLACK: Duration = Duration::from_secs(1);
+
+fn fail(state: &mut State, at: Duration, property: &'static str, detail: String) {
+    if state.violation.is_none() {
+        state
+            .trace
+            .push(at, "check", format!("VIOLATED {property}: {detail}"));
+        state.trace.closed = true;
+        state.violation = Some(Violation {
+            property,
+            at,
+            detail,
+        });
+    }
+}
