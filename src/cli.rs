@@ -81,27 +81,30 @@ enum Command {
     /// Ask the current leader to step down (from any host that reaches the database).
     ///
     /// The leader stops its leader work, runs on_demoted, writes its status file and
-    /// releases; it claims nothing for one ttl, so another node takes over. Prints the new
-    /// leader and exits 0; exits 4 if there was no leader, 5 if nobody else took over
-    /// within --wait, 6 if the election is paused, 69 if the database cannot be used.
+    /// releases; it claims nothing for one ttl, so another node takes over, and it does
+    /// not take the lead back by preemption for --hold. Prints the new leader and exits 0;
+    /// exits 4 if there was no leader, 5 if nobody else took over within --wait, 6 if the
+    /// election is paused, 7 if no other live, healthy candidate could take over (unless
+    /// --force), 69 if the database cannot be used.
     Resign {
-        /// How long to wait for another node to take over.
-        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
-        wait: std::time::Duration,
+        #[command(flatten)]
+        step_down: StepDownFlags,
     },
-    /// Hand leadership over to NODE: the leader steps down as for `resign`, and only NODE
-    /// may claim for two lease lengths (then anyone may, should NODE have died).
+    /// Hand leadership over to NODE: NODE is offered the lead and accepts it if it runs
+    /// and could lead; then the leader steps down as for `resign`, and only NODE may claim
+    /// until two lease lengths after the leader released (then anyone may, should NODE
+    /// have died).
     ///
-    /// Prints NODE and exits 0 once it leads; exits 2 if NODE is unknown, gone, not a
-    /// candidate or already the leader, 4 if there was no leader, 5 if NODE did not take
-    /// over within --wait, 6 if the election is paused, 69 if the database cannot be used.
+    /// Prints NODE and exits 0 once it leads (or if it leads already); exits 2 if NODE is
+    /// unknown, stopped, an observer, unhealthy, or did not accept the offer, 4 if there
+    /// was no leader, 5 if NODE did not take over within --wait, 6 if the election is
+    /// paused, 69 if the database cannot be used.
     Handover {
         /// The node to hand over to (a member: see `leaderd status`).
         #[arg(long, value_name = "NODE")]
         to: String,
-        /// How long to wait for NODE to take over.
-        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
-        wait: std::time::Duration,
+        #[command(flatten)]
+        step_down: StepDownFlags,
     },
     /// Freeze the election for maintenance: the leader keeps leading, and no node takes a
     /// free or lapsed lease until the pause ends (after --for, or `leaderd resume`).
@@ -290,9 +293,11 @@ pub fn main() -> ExitCode {
             Command::Status { json, local: true } => Ok(local_status(&config, json)),
             Command::Status { json, .. } => done(status(config, json).await),
             Command::Migrate => done(migrate(config).await),
-            Command::Resign { wait } => Ok(operator::step_down(&config, None, wait).await?),
-            Command::Handover { to, wait } => {
-                Ok(operator::step_down(&config, Some(&to), wait).await?)
+            Command::Resign { step_down } => {
+                Ok(operator::step_down(&config, step_down.command(None)).await?)
+            }
+            Command::Handover { to, step_down } => {
+                Ok(operator::step_down(&config, step_down.command(Some(to))).await?)
             }
             Command::Pause { duration } => Ok(operator::pause(&config, duration).await?),
             Command::Resume => Ok(operator::resume(&config).await?),
@@ -331,6 +336,34 @@ pub fn main() -> ExitCode {
             } else {
                 ExitCode::FAILURE
             }
+        }
+    }
+}
+
+/// The flags `resign` and `handover` share.
+#[derive(Debug, clap::Args)]
+struct StepDownFlags {
+    /// How long to wait for another node to take over.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    wait: std::time::Duration,
+    /// How long the leader moved away from may not take the lead back by preemption
+    /// (`election.priority`); `0` lets it at once.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    hold: std::time::Duration,
+    /// Step down even if no node could take over as far as the members table says
+    /// (resign), or without the named node's answer (handover).
+    #[arg(long)]
+    force: bool,
+}
+
+impl StepDownFlags {
+    fn command(self, to: Option<String>) -> operator::StepDownCommand {
+        operator::StepDownCommand {
+            to,
+            wait: self.wait,
+            hold: self.hold,
+            force: self.force,
+            poll: std::time::Duration::from_millis(20),
         }
     }
 }
@@ -422,13 +455,17 @@ async fn status(config: Config, json: bool) -> anyhow::Result<()> {
         println!("members:");
         for m in members {
             println!(
-                "  {:<20} {:<9} priority {:<4} {} on {}, seen {:.1}s ago",
+                "  {:<20} {:<9} priority {:<4} {} on {}, seen {:.1}s ago{}",
                 m.node_id,
                 m.role,
                 m.priority,
                 m.version,
                 if m.host.is_empty() { "?" } else { &m.host },
-                m.seen_ms as f64 / 1000.0
+                m.seen_ms as f64 / 1000.0,
+                match m.preempt_hold_ms {
+                    Some(ms) => format!(", no preemption for {:.0}s", ms as f64 / 1000.0),
+                    None => String::new(),
+                }
             );
         }
     }

@@ -18,6 +18,9 @@ use crate::status_file::Standing;
 use crate::store::{SqlStore, Timeouts};
 use crate::{http, kubernetes, members, signals, status_file, systemd};
 
+/// How long a stopping node waits for its member record to say `stopped`.
+const MEMBER_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Where the configuration came from, to read it again on SIGHUP.
 pub struct ConfigSource {
     pub file: Option<PathBuf>,
@@ -147,16 +150,19 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     election.release_after(durable);
     let follower = metrics.follow_status(statuses.clone());
     let standing_follower = metrics.follow_standing(standing.clone());
+    // Set as a stop begins: the pod's role label goes back to `follower`, and the member
+    // record says `stopped`.
+    let (stopping, stopping_seen) = watch::channel(false);
     // On a connection of its own, so it never delays a renewal.
     let member = members::spawn(
         &config,
         store(&config, false),
         statuses.clone(),
         standing.clone(),
+        stopping_seen.clone(),
     );
     let notifier = systemd::spawn_notifier(statuses.clone(), rounds);
     // The pod's role label: `follower` now, and again as soon as a stop begins.
-    let (stopping, stopping_seen) = watch::channel(false);
     let labeling = kubernetes::start(&config.kubernetes, statuses.clone(), stopping_seen)?;
     // On SIGTERM the hooks stop first, while the election still holds and renews the
     // lease; only then does the election step down and release.
@@ -188,7 +194,15 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     if let Some(health) = health {
         health.abort();
     }
-    member.abort();
+    // It records the stop (one statement, begun as the stop began); not waited for long.
+    let mut member = member;
+    if tokio::time::timeout(MEMBER_STOP_WAIT, &mut member)
+        .await
+        .is_err()
+    {
+        member.abort();
+        warn!("could not record this node as stopped in leaderd_member");
+    }
     if let Some(http) = http {
         http.abort();
     }

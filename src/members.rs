@@ -1,15 +1,21 @@
 //! The node's record in `leaderd_member` (what `leaderd status` lists and `handover`
 //! checks), and preemption by priority. One task on a connection of its own, every
-//! [`MEMBER_PERIOD`]: it never shares the election's connection, so it cannot delay a
-//! renewal, and it adds one statement per period to the election's one per round. The
-//! connection is closed between records: an idle node holds its election's connection
-//! and its wake-up channel, nothing more.
+//! [`MEMBER_PERIOD`], at once when the node's standing changes, and once more as it stops
+//! (recording itself `stopped`, so that `status` lists it as gone and `handover` refuses
+//! it at once). It never shares the election's connection, so it cannot delay a renewal,
+//! and it adds one statement per period to the election's one per round. The connection
+//! is closed between records: an idle node holds its election's connection and its
+//! wake-up channel, nothing more.
 //!
-//! Preemption: a leader that sees, when it records itself, a candidate of higher priority
-//! that has been a member (seen all along) for `election.preempt_after`, hands over to
-//! it as `leaderd handover` would. It marks itself first so that it cannot take the lease
-//! back by preemption for twice `preempt_after` (anti-flap); equal priorities never
-//! preempt.
+//! Preemption: a candidate whose priority is above the leader's and that has been a
+//! member (able to lead all along) for `election.preempt_after` asks the leader to hand
+//! over to it, as `leaderd handover` would. It is the candidate that asks, when it
+//! qualifies, rather than the leader at its next record: the lead moves within about one
+//! interval of `preempt_after`, not up to a record period later. It first holds off the
+//! leader's preemption for twice `preempt_after` (anti-flap: the node that lost cannot
+//! take the lease back by preemption), and it does not preempt while its own record is
+//! held off, whether by that rule or by an operator's `resign`/`handover --hold`. Equal
+//! priorities never preempt.
 
 use std::time::Duration;
 use tokio::sync::watch;
@@ -17,10 +23,12 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
-use crate::election::{Role, Status};
+use crate::election::Status;
 use crate::hooks::health::Health;
 use crate::status_file::Standing;
-use crate::store::{ControlStore, MEMBER_PERIOD, Member, MemberRecord, SqlStore};
+use crate::store::{
+    ControlStore, MEMBER_PERIOD, Member, MemberRecord, MemberStanding, SqlStore, StepDownRequest,
+};
 
 /// After a failed record, the next try comes this soon (a first start may wait for the
 /// election's connection to migrate the table).
@@ -28,25 +36,31 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// Prune gone members every this many records.
 const PRUNE_EVERY: u32 = 6;
 
-/// Whether a node of this standing would take the lease now: a candidate (not an
-/// observer) whose health check, if it has one, passes. Only such a node is offered to
-/// `handover` and to preemption, which would otherwise hand over to a node that cannot
-/// claim, again and again.
-fn may_lead(standing: &Standing) -> bool {
-    standing.candidate && matches!(standing.health, None | Some(Health::Healthy))
+/// What a node of this standing records itself as: a candidate only while it would take
+/// the lease (not an observer, and its health check, if it has one, passes).
+pub(crate) fn member_standing(standing: &Standing, stopping: bool) -> MemberStanding {
+    match (stopping, standing.candidate, standing.health) {
+        (true, _, _) => MemberStanding::Stopped,
+        (false, false, _) => MemberStanding::Observer,
+        (false, true, None | Some(Health::Healthy)) => MemberStanding::Candidate,
+        (false, true, Some(Health::Starting)) => MemberStanding::Starting,
+        (false, true, Some(Health::Failing)) => MemberStanding::Unhealthy,
+    }
 }
 
-/// Starts recording this node; the task ends when `status` closes.
+/// Starts recording this node; the task ends once it has recorded the stop, or when
+/// `status` closes.
 pub fn spawn(
     config: &Config,
     store: SqlStore,
     status: watch::Receiver<Status>,
     standing: watch::Receiver<Standing>,
+    stopping: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     let record = MemberRecord {
         election: config.election.clone(),
         node_id: config.node_id.clone(),
-        candidate: may_lead(&standing.borrow()),
+        standing: member_standing(&standing.borrow(), false),
         priority: config.priority,
         version: env!("CARGO_PKG_VERSION").to_owned(),
         host: hostname::get()
@@ -54,29 +68,40 @@ pub fn spawn(
             .unwrap_or_default(),
     };
     let preempt_after = config.preempt_after;
-    tokio::spawn(run(record, store, status, standing, preempt_after))
+    tokio::spawn(run(
+        record,
+        store,
+        status,
+        standing,
+        stopping,
+        preempt_after,
+    ))
 }
 
-/// Records this node every [`MEMBER_PERIOD`] (at once when its standing changes) and,
-/// while it leads, hands over to a candidate of higher priority; ends with the election.
+/// Records this node every [`MEMBER_PERIOD`] (at once when its standing changes, and
+/// when it stops) and preempts a leader of lower priority; ends after recording the stop,
+/// or with the election.
 pub(crate) async fn run<S: ControlStore>(
     mut record: MemberRecord,
     mut store: S,
     status: watch::Receiver<Status>,
     mut standing: watch::Receiver<Standing>,
+    mut stopping: watch::Receiver<bool>,
     preempt_after: Duration,
 ) {
     let mut fresh = true;
     let mut records = 0u32;
     loop {
+        let stops = *stopping.borrow_and_update();
+        let now = member_standing(&standing.borrow_and_update(), stops);
         // A node that becomes able to lead starts its membership anew (`fresh`), so that
         // preemption counts `preempt_after` from then.
-        let may_lead_now = may_lead(&standing.borrow_and_update());
-        if may_lead_now && !record.candidate {
+        if now == MemberStanding::Candidate && record.standing != MemberStanding::Candidate {
             fresh = true;
         }
-        record.candidate = may_lead_now;
+        record.standing = now;
         let next = match store.record_member(&record, fresh).await {
+            Ok(()) if stops => return,
             Ok(()) => {
                 fresh = false;
                 records = records.wrapping_add(1);
@@ -85,19 +110,12 @@ pub(crate) async fn run<S: ControlStore>(
                         debug!(%error, "could not prune gone members");
                     }
                 }
-                if !preempt_after.is_zero() {
-                    // Not while paused: nobody could take over.
-                    let leading = {
-                        let now = status.borrow();
-                        (now.role == Role::Leader && !now.paused)
-                            .then_some(now.term)
-                            .flatten()
-                    };
-                    if let Some(term) = leading {
-                        preempt(&mut store, &record, term, preempt_after).await;
-                    }
-                }
-                MEMBER_PERIOD
+                let preempting = !preempt_after.is_zero() && record.candidate();
+                let again = match preempting {
+                    true => preempt(&mut store, &record, &status, preempt_after).await,
+                    false => None,
+                };
+                again.map_or(MEMBER_PERIOD, |after| after.min(MEMBER_PERIOD))
             }
             Err(error) => {
                 debug!(%error, "could not record this node in leaderd_member");
@@ -105,90 +123,122 @@ pub(crate) async fn run<S: ControlStore>(
             }
         };
         store.disconnect();
-        // A change of standing is recorded at once (a failing check, say), not a period
-        // later.
+        // A change of standing is recorded at once (a failing check, a stop), not a
+        // period later.
         tokio::select! {
-            _ = tokio::time::sleep(next) => {}
+            biased;
+            changed = stopping.changed() => {
+                if changed.is_err() {
+                    tokio::time::sleep(next).await;
+                }
+            }
             changed = standing.changed() => {
                 if changed.is_err() {
                     tokio::time::sleep(next).await;
                 }
             }
+            _ = tokio::time::sleep(next) => {}
         }
-        if status.has_changed().is_err() {
+        if status.has_changed().is_err() && !*stopping.borrow() {
             // The election has ended.
             return;
         }
     }
 }
 
-/// The candidate a leader of `priority` should hand over to, if any: the highest priority
-/// above its own among live candidates that have been members for `preempt_after` and do
-/// not hold off preemption (a tie goes to the smaller node id).
-pub fn preemptor<'a>(
-    members: &'a [Member],
+/// Whether `me`, a candidate of priority `priority`, should preempt the leader `leader`
+/// now (`Ok`), or when it might (`Err(Some(after))`), or not (`Err(None)`): its priority
+/// is above the leader's and above every other ready candidate's (a tie goes to the
+/// smaller node id), it has been a member for `preempt_after`, and nothing holds its
+/// preemption off.
+pub fn should_preempt(
+    members: &[Member],
     me: &str,
-    priority: i64,
+    leader: &str,
     preempt_after: Duration,
-) -> Option<&'a Member> {
-    members
-        .iter()
-        .filter(|m| {
-            m.node_id != me
-                && m.candidate
-                && !m.gone()
-                && m.seen_ago <= MEMBER_PERIOD * 2
-                && m.priority > priority
-                && m.member_for >= preempt_after
-                && m.no_preempt_for.is_none()
-        })
-        .max_by(|a, b| {
-            a.priority
-                .cmp(&b.priority)
-                .then_with(|| b.node_id.cmp(&a.node_id))
-        })
+) -> Result<(), Option<Duration>> {
+    let find = |id: &str| members.iter().find(|m| m.node_id == id && !m.gone());
+    let (Some(mine), Some(led)) = (find(me), find(leader)) else {
+        return Err(None);
+    };
+    if mine.priority <= led.priority || !mine.may_lead() {
+        return Err(None);
+    }
+    if let Some(held) = mine.no_preempt_for {
+        return Err(Some(held));
+    }
+    let outranked = members.iter().any(|m| {
+        m.node_id != me
+            && m.node_id != leader
+            && m.may_lead()
+            && m.member_for >= preempt_after
+            && m.no_preempt_for.is_none()
+            && (m.priority, std::cmp::Reverse(&m.node_id))
+                > (mine.priority, std::cmp::Reverse(&mine.node_id))
+    });
+    if outranked {
+        return Err(None);
+    }
+    match preempt_after.checked_sub(mine.member_for) {
+        Some(left) if !left.is_zero() => Err(Some(left)),
+        _ => Ok(()),
+    }
 }
 
+/// Hands the lead over to this node if it outranks the leader (see [`should_preempt`]);
+/// how soon to look again, if it may qualify later.
 async fn preempt<S: ControlStore>(
     store: &mut S,
     me: &MemberRecord,
-    term: i64,
+    status: &watch::Receiver<Status>,
     preempt_after: Duration,
-) {
+) -> Option<Duration> {
+    let (leader, term) = {
+        let now = status.borrow();
+        if now.paused {
+            // Nobody could take over.
+            return None;
+        }
+        (now.leader.clone()?, now.term?)
+    };
+    if leader == me.node_id {
+        return None;
+    }
     let members = match store.members(&me.election).await {
         Ok(members) => members,
         Err(error) => {
             debug!(%error, "could not read the members for preemption");
-            return;
+            return None;
         }
     };
-    let Some(to) = preemptor(&members, &me.node_id, me.priority, preempt_after) else {
-        return;
-    };
+    if let Err(later) = should_preempt(&members, &me.node_id, &leader, preempt_after) {
+        return later;
+    }
     info!(
         election = %me.election,
         term,
-        to = %to.node_id,
-        priority = to.priority,
-        own_priority = me.priority,
-        "a candidate of higher priority is ready; handing over (preemption)"
+        leader = %leader,
+        priority = me.priority,
+        "this candidate outranks the leader; asking it to hand over (preemption)"
     );
-    // First: this node cannot take it back by preemption for a while (anti-flap).
+    // First: the leader that loses cannot take the lease back by preemption (anti-flap).
     if let Err(error) = store
-        .hold_preemption(&me.election, &me.node_id, preempt_after * 2)
+        .hold_preemption(&me.election, &leader, preempt_after * 2)
         .await
     {
-        warn!(%error, "could not hold off preemption; not handing over");
-        return;
+        warn!(%error, "could not hold off the leader's preemption; not preempting");
+        return None;
     }
+    let to = StepDownRequest::Handover { to: &me.node_id };
     match store
-        .request_step_down(&me.election, &me.node_id, term, Some(&to.node_id))
+        .request_step_down(&me.election, &leader, term, to)
         .await
     {
         Ok(true) => {}
         Ok(false) => debug!(term, "the term ended before the handover was asked"),
         Err(error) => warn!(%error, "could not ask for the handover"),
     }
+    None
 }
 
 #[cfg(test)]
@@ -199,6 +249,7 @@ mod tests {
         Member {
             node_id: id.to_owned(),
             candidate: true,
+            standing: Some(MemberStanding::Candidate),
             priority,
             version: String::new(),
             host: String::new(),
@@ -212,16 +263,29 @@ mod tests {
     fn only_a_higher_priority_member_of_long_enough_preempts() {
         let after = Duration::from_secs(10);
         let members = vec![member("a", 5, 100), member("b", 5, 100), member("c", 9, 5)];
-        // Equal priority never preempts; c is too recent.
-        assert_eq!(preemptor(&members, "a", 5, after), None);
+        // Equal priority never preempts; c is too recent, and may in 5 s.
+        assert_eq!(should_preempt(&members, "b", "a", after), Err(None));
+        assert_eq!(
+            should_preempt(&members, "c", "a", after),
+            Err(Some(Duration::from_secs(5)))
+        );
         let members = vec![member("a", 5, 100), member("c", 9, 10), member("d", 7, 50)];
-        assert_eq!(preemptor(&members, "a", 5, after).unwrap().node_id, "c");
+        assert_eq!(should_preempt(&members, "c", "a", after), Ok(()));
+        // d is outranked by c, which is ready.
+        assert_eq!(should_preempt(&members, "d", "a", after), Err(None));
         let mut held = members.clone();
         held[1].no_preempt_for = Some(Duration::from_secs(3));
-        assert_eq!(preemptor(&held, "a", 5, after).unwrap().node_id, "d");
+        assert_eq!(
+            should_preempt(&held, "c", "a", after),
+            Err(Some(Duration::from_secs(3)))
+        );
+        assert_eq!(should_preempt(&held, "d", "a", after), Ok(()));
+        let mut unable = members.clone();
+        unable[1].standing = Some(MemberStanding::Unhealthy);
+        assert_eq!(should_preempt(&unable, "c", "a", after), Err(None));
+        assert_eq!(should_preempt(&unable, "d", "a", after), Ok(()));
         let mut gone = members.clone();
-        gone[1].seen_ago = Duration::from_secs(31);
-        gone[2].candidate = false;
-        assert_eq!(preemptor(&gone, "a", 5, after), None);
+        gone[0].standing = Some(MemberStanding::Stopped);
+        assert_eq!(should_preempt(&gone, "c", "a", after), Err(None));
     }
 }

@@ -142,6 +142,15 @@ pub(super) async fn round<S: LeaseStore>(
     *statements += 1;
     let row = store.get(name).await?;
     let round_trip = sent.at.elapsed();
+    // A handover offered to this node: accepting it asks the leader to step down, and
+    // proves to the operator that this node runs and could lead (a node that could not,
+    // whose gates are closed, never accepts).
+    if let Some(offered) = row.as_ref().filter(|r| r.offered_to(me) && may_claim()) {
+        *statements += 1;
+        if store.accept_handover(name, me, offered.term).await? {
+            info!(election = %name, node = %me, term = offered.term, "accepted the handover offered to this node");
+        }
+    }
     let free_term = match &row {
         _ if !may_claim() => None,
         None => {

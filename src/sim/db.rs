@@ -16,7 +16,8 @@ use super::schedule::{Event, Fault};
 use super::world::World;
 use crate::store::memory::Table;
 use crate::store::{
-    Commands, ControlStore, LeaseRow, LeaseStore, Member, MemberRecord, ProcessToken, StoreError,
+    Commands, ControlStore, LeaseRow, LeaseStore, Member, MemberRecord, ProcessToken,
+    StepDownRequest, StoreError,
 };
 
 /// Time to open a connection.
@@ -323,6 +324,24 @@ impl LeaseStore for SimStore {
         .await
     }
 
+    async fn accept_handover(
+        &mut self,
+        name: &str,
+        node: &str,
+        term: i64,
+    ) -> Result<bool, StoreError> {
+        let (name, node) = (name.to_owned(), node.to_owned());
+        let notifies = self.world.scenario.notifies;
+        self.statement(format!("accept handover {term}"), false, move |db, now| {
+            let accepted = db.table.accept_handover(now, &name, &node, term);
+            if accepted && notifies {
+                db.notify(&name);
+            }
+            accepted
+        })
+        .await
+    }
+
     fn release_notifications(&self, name: &str) -> Option<mpsc::Receiver<()>> {
         if !self.world.scenario.notifies {
             return None;
@@ -366,13 +385,24 @@ impl ControlStore for SimStore {
         name: &str,
         holder: &str,
         term: i64,
-        to: Option<&str>,
+        request: StepDownRequest<'_>,
     ) -> Result<bool, StoreError> {
-        let (name, holder, to) = (name.to_owned(), holder.to_owned(), to.map(str::to_owned));
-        let what = format!("step down {holder} {term} to {to:?}");
+        if let (Some(_), StepDownRequest::Handover { to }) = (self.process, request) {
+            // A node asks: a candidate preempting.
+            self.world.check_preemption(to);
+        }
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        let what = format!("step down {holder} {term}: {request:?}");
+        let owned = match request {
+            StepDownRequest::Resign => None,
+            StepDownRequest::Offer { to } => Some((to.to_owned(), true)),
+            StepDownRequest::Handover { to } => Some((to.to_owned(), false)),
+        };
         self.statement(what, false, move |db, now| {
-            let asked = match &to {
-                Some(to) => db.table.request_handover(now, &name, &holder, term, to),
+            let asked = match &owned {
+                Some((to, offer)) => db
+                    .table
+                    .request_handover(now, &name, &holder, term, to, *offer),
                 None => db.table.request_resign(now, &name, &holder, term),
             };
             if asked {
@@ -389,7 +419,7 @@ impl ControlStore for SimStore {
         fresh: bool,
     ) -> Result<(), StoreError> {
         let record = record.clone();
-        let what = format!("record member c={} p={}", record.candidate, record.priority);
+        let what = format!("record member {:?} p={}", record.standing, record.priority);
         self.statement(what, false, move |db, now| {
             db.table.record_member(now, &record, fresh)
         })

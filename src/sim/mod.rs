@@ -164,16 +164,12 @@ async fn drive(seed: u64, scenario: Scenario) -> RunReport {
             next_tick += TICK;
         }
         world.check();
-        let someone_could_lead = slots.iter().any(|slot| {
-            slot.processes.iter().any(|p| {
-                p.candidate
-                    && p.alive(&world)
-                    && !p.stopping()
-                    && !p.frozen()
-                    && !(p.has_health_check && p.failing())
-            })
-        });
+        update_truth(&world, &slots);
+        let someone_could_lead = slots
+            .iter()
+            .any(|slot| slot.processes.iter().any(|p| p.could_lead(&world)));
         world.check_liveness(someone_could_lead);
+        world.check_member_report();
     }
     for slot in &mut slots {
         for process in &mut slot.processes {
@@ -189,6 +185,49 @@ async fn drive(seed: u64, scenario: Scenario) -> RunReport {
         events: state.trace.events,
         statements: state.statements,
         scenario: world.scenario.brief(),
+    }
+}
+
+/// Tells the world what each node is now (see [`world::NodeTruth`]).
+fn update_truth(world: &World, slots: &[Slot]) {
+    let now = Instant::now();
+    let truths: Vec<(bool, Option<(Instant, bool)>, bool, i64)> = slots
+        .iter()
+        .map(|slot| {
+            let eligible = slot.processes.iter().any(|p| p.could_lead(world));
+            let running: Vec<&Process> = slot
+                .processes
+                .iter()
+                .filter(|p| p.alive(world) && !p.stopping())
+                .collect();
+            let gone = match running.is_empty() {
+                false => None,
+                true => slot
+                    .processes
+                    .iter()
+                    .filter_map(|p| match (p.killed_at, p.stopped_at) {
+                        (_, Some(stopped)) => Some((stopped, true)),
+                        (Some(killed), None) => Some((killed, false)),
+                        (None, None) => None,
+                    })
+                    .max_by_key(|(at, _)| *at),
+            };
+            let failing = running.iter().any(|p| p.has_health_check && p.failing());
+            (eligible, gone, failing, slot.priority)
+        })
+        .collect();
+    let mut state = world.state.lock().unwrap();
+    for (truth, (eligible, gone, failing, priority)) in state.truth.iter_mut().zip(truths) {
+        truth.eligible_since = match eligible {
+            true => Some(truth.eligible_since.unwrap_or(now)),
+            false => None,
+        };
+        truth.gone = gone;
+        truth.failing_since = match failing {
+            true => Some(truth.failing_since.unwrap_or(now)),
+            false => None,
+        };
+        truth.priority = priority;
     }
 }
 
@@ -356,12 +395,16 @@ fn act(world: &Arc<World>, slots: &mut [Slot], action: &Action, rng: &mut SmallR
         }
         (Fault::Resign, true) => {
             let world_ = Arc::clone(world);
-            operator(world, rng, move |store| step_down(world_, store, None));
+            operator(world, rng, move |store| {
+                step_down(world_, store, index, None)
+            });
         }
         (Fault::Handover { to }, true) => {
             let world_ = Arc::clone(world);
             let to = scenario.nodes[*to].id.clone();
-            operator(world, rng, move |store| step_down(world_, store, Some(to)));
+            operator(world, rng, move |store| {
+                step_down(world_, store, index, Some(to))
+            });
         }
         (Fault::Priority { node, priority }, true) => {
             slots[*node].priority = *priority;
@@ -395,43 +438,62 @@ fn operator<F: std::future::Future<Output = ()> + Send + 'static>(
     tokio::spawn(command(store));
 }
 
-/// `leaderd resign` (`to: None`) and `leaderd handover --to`, as `operator.rs` runs them:
-/// the same checks, the same request, and a wait for the new leader.
-async fn step_down(world: Arc<World>, mut store: SimStore, to: Option<String>) {
-    use crate::store::{ControlStore, LeaseStore};
-    let say = |what: String| world.trace("operator", what);
-    let Ok(Some(row)) = store.get(ELECTION).await else {
-        return say("exit 69/4: no row".into());
+/// `leaderd resign` (`to: None`) and `leaderd handover --to`: the real command's steps
+/// ([`crate::operator::step_down_with`]), with the properties that judge its outcome.
+async fn step_down(world: Arc<World>, mut store: SimStore, event: usize, to: Option<String>) {
+    use crate::operator::{StepDownCommand, StepDownOutcome, step_down_with};
+    let command = StepDownCommand {
+        to: to.clone(),
+        wait: world.scenario.ttl * 10,
+        hold: world::MANUAL_HOLD,
+        force: false,
+        poll: Duration::from_millis(100),
     };
-    let Some(leader) = row.live_holder().map(str::to_owned) else {
-        return say("exit 4: no leader".into());
+    let asked_at = Instant::now();
+    let old = store_leader(&world);
+    let outcome = step_down_with(&mut store, ELECTION, &command, |said| {
+        world.trace("operator", said)
+    })
+    .await;
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(error) => return world.trace("operator", format!("exit 69: {error}")),
     };
-    if row.paused() {
-        return say("exit 6: paused".into());
-    }
-    if let Some(to) = &to {
-        let Ok(members) = store.members(ELECTION).await else {
-            return say("exit 69: members".into());
-        };
-        if let Err(why) = crate::operator::check_target(&members, to, &leader) {
-            return say(format!("exit 2: {why}"));
-        }
-    }
-    match store
-        .request_step_down(ELECTION, &leader, row.term, to.as_deref())
-        .await
-    {
-        Ok(true) => {}
-        _ => return say("exit 4/69: not asked".into()),
-    }
-    let give_up = Instant::now() + world.scenario.ttl * 10;
-    while Instant::now() < give_up {
-        sleep(Duration::from_millis(100)).await;
-        if let Ok(Some(now)) = store.get(ELECTION).await {
-            if let Some(new) = now.live_holder().filter(|_| now.term > row.term) {
-                return say(format!("done: {new} leads (term {})", now.term));
+    world.trace(
+        "operator",
+        format!(
+            "exit {}: {}",
+            outcome.exit_status(),
+            outcome.message(ELECTION)
+        ),
+    );
+    let Some(old) = old else { return };
+    match &outcome {
+        StepDownOutcome::TookOver { new, .. } | StepDownOutcome::OtherTookOver { new, .. } => {
+            if let Some(to) = &to {
+                world.check_handover_accepted(to, asked_at);
             }
+            world.check_step_down_outcome(event, asked_at, &old, to.as_deref(), Some(new));
         }
+        StepDownOutcome::LedAgain { .. } | StepDownOutcome::NobodyTookOver { .. } => {
+            if let Some(to) = &to {
+                world.check_handover_accepted(to, asked_at);
+            }
+            world.check_step_down_outcome(event, asked_at, &old, to.as_deref(), None);
+        }
+        StepDownOutcome::NotAnswered { .. } | StepDownOutcome::BadTarget { .. } => {
+            world.check_step_down_outcome(event, asked_at, &old, to.as_deref(), None);
+        }
+        _ => {}
     }
-    say("exit 5: nobody took over".into());
+}
+
+/// The live holder of the election's row now.
+fn store_leader(world: &World) -> Option<String> {
+    let state = world.state.lock().unwrap();
+    state
+        .db
+        .table
+        .lease_row(ELECTION, Instant::now())
+        .and_then(|r| r.live_holder().map(str::to_owned))
 }

@@ -50,7 +50,7 @@ enum HookRequest {
 pub(super) struct Process {
     /// Its index in the world's process list.
     pub(super) index: usize,
-    freeze: watch::Sender<bool>,
+    freeze: Arc<Freeze>,
     term: Option<oneshot::Sender<()>>,
     hup: mpsc::UnboundedSender<()>,
     pub(super) reload_delay: Arc<Mutex<Duration>>,
@@ -61,6 +61,10 @@ pub(super) struct Process {
     tasks: Vec<JoinHandle<()>>,
     pub(super) has_health_check: bool,
     pub(super) candidate: bool,
+    pub(super) started: Instant,
+    /// When it was told to stop, or killed.
+    pub(super) stopped_at: Option<Instant>,
+    pub(super) killed_at: Option<Instant>,
 }
 
 impl Process {
@@ -124,7 +128,7 @@ impl Process {
         let (durable_sender, durable) = watch::channel(0u64);
         election.release_after(durable);
         let file = Arc::new(Mutex::new(FileFaults::default()));
-        let (freeze, frozen) = watch::channel(false);
+        let freeze = Arc::new(Freeze::default());
         let (failing, failing_seen) = watch::channel(false);
         let (term, term_received) = oneshot::channel::<()>();
         let (hup, mut hup_received) = mpsc::unbounded_channel();
@@ -132,8 +136,13 @@ impl Process {
 
         let mut tasks = Vec::new();
         let mut spawn = |task: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>| {
-            tasks.push(tokio::spawn(freezable(task, frozen.clone())));
+            tasks.push(tokio::spawn(freezable(task, Arc::clone(&freeze))));
         };
+        // Every task that waits for a new status hears of it from the world's eyes below,
+        // in a fixed order: receivers of one watch wake in a random order (tokio spreads
+        // them over notifiers at random), which would make a seed's runs differ.
+        let (file_status, file_status_seen) = watch::channel(status.borrow().clone());
+        let (health_status, health_status_seen) = watch::channel(status.borrow().clone());
         spawn(Box::pin(hook_model(
             events,
             hook_requests,
@@ -141,14 +150,15 @@ impl Process {
             spec.step_down,
         )));
         spawn(Box::pin(status_file_model(
-            status.clone(),
+            file_status_seen,
             durable_sender,
             Arc::clone(&file),
         )));
+        let (stopping, stopping_seen) = watch::channel(false);
         let record = MemberRecord {
             election: ELECTION.to_owned(),
             node_id: spec.id.clone(),
-            candidate: may_lead(&standing.borrow()),
+            standing: crate::members::member_standing(&standing.borrow(), false),
             priority,
             version: "sim".to_owned(),
             host: label.clone(),
@@ -159,13 +169,14 @@ impl Process {
             members_store,
             status.clone(),
             standing.clone(),
+            stopping_seen,
             spec.preempt_after,
         )));
         if let Some(gate) = health_gate {
             spawn(Box::pin(health_model(
                 gate,
                 standing_sender,
-                status.clone(),
+                health_status_seen,
                 failing_seen,
                 hooks.clone(),
                 scenario.interval,
@@ -175,7 +186,6 @@ impl Process {
         let ended = Arc::clone(world);
         let ended_label = label.clone();
         spawn(Box::pin(async move {
-            let (stopping, _) = watch::channel(false);
             let stop = async {
                 serve_until_shutdown(
                     async {
@@ -205,6 +215,8 @@ impl Process {
                 let now = published.borrow().clone();
                 watcher.trace(&label, describe(&now, watcher.start));
                 watcher.check();
+                file_status.send_replace(now.clone());
+                health_status.send_replace(now);
             }
         }));
         Process {
@@ -219,15 +231,21 @@ impl Process {
             tasks,
             has_health_check: spec.health_check && spec.candidate,
             candidate: spec.candidate,
+            started: Instant::now(),
+            stopped_at: None,
+            killed_at: None,
         }
     }
 
     pub(super) fn freeze(&self, frozen: bool) {
-        self.freeze.send_replace(frozen);
+        self.freeze.frozen.store(frozen, Ordering::SeqCst);
+        if !frozen {
+            self.freeze.thawed.notify_waiters();
+        }
     }
 
     pub(super) fn frozen(&self) -> bool {
-        *self.freeze.borrow()
+        self.freeze.frozen.load(Ordering::SeqCst)
     }
 
     pub(super) fn suspend(&self, slept: Duration) {
@@ -238,6 +256,7 @@ impl Process {
     /// SIGTERM.
     pub(super) fn terminate(&mut self, world: &World) {
         if let Some(term) = self.term.take() {
+            self.stopped_at = Some(Instant::now());
             let _ = term.send(());
             let mut state = world.state.lock().unwrap();
             state.processes[self.index]
@@ -253,6 +272,9 @@ impl Process {
 
     /// SIGKILL: every task ends now; its statements on their way go on in the database.
     pub(super) fn kill(&mut self, world: &World) {
+        if self.killed_at.is_none() && self.alive(world) {
+            self.killed_at = Some(Instant::now());
+        }
         for task in self.tasks.drain(..) {
             task.abort();
         }
@@ -276,11 +298,6 @@ impl Process {
     }
 }
 
-/// As `members.rs` decides it: a candidate whose check, if any, passes.
-fn may_lead(standing: &Standing) -> bool {
-    standing.candidate && matches!(standing.health, None | Some(Health::Healthy))
-}
-
 fn describe(status: &Status, start: Instant) -> String {
     let deadline = status
         .lease_deadline
@@ -295,25 +312,40 @@ fn describe(status: &Status, start: Instant) -> String {
     )
 }
 
-/// Runs `task` while `frozen` says no: a frozen task is not polled (its timers fire, and
-/// it sees them when it is continued), as a stopped process.
-async fn freezable<T>(task: impl Future<Output = T>, mut frozen: watch::Receiver<bool>) -> T {
-    tokio::pin!(task);
-    loop {
-        if *frozen.borrow_and_update() {
-            if frozen.changed().await.is_err() {
-                std::future::pending::<()>().await;
+/// Whether a process is frozen (SIGSTOP), and the wake-up of its tasks when it is
+/// continued (a `Notify` wakes its waiters in the order they came, unlike a watch).
+#[derive(Default)]
+struct Freeze {
+    frozen: std::sync::atomic::AtomicBool,
+    thawed: Arc<tokio::sync::Notify>,
+}
+
+/// Polls `task` only while its process is not frozen: a frozen task's timers fire, and it
+/// sees them when it is continued, as a stopped process does.
+fn freezable<T>(task: impl Future<Output = T>, freeze: Arc<Freeze>) -> impl Future<Output = T> {
+    let mut task = Box::pin(task);
+    let mut thawed: Option<std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>> = None;
+    std::future::poll_fn(move |cx| {
+        loop {
+            if !freeze.frozen.load(Ordering::SeqCst) {
+                thawed = None;
+                return task.as_mut().poll(cx);
             }
-            continue;
+            let waiting = thawed.get_or_insert_with(|| {
+                let mut notified = Box::pin(Arc::clone(&freeze.thawed).notified_owned());
+                notified.as_mut().enable();
+                notified
+            });
+            // A thaw between the check and the registration is not missed.
+            if !freeze.frozen.load(Ordering::SeqCst) {
+                continue;
+            }
+            match waiting.as_mut().poll(cx) {
+                std::task::Poll::Ready(()) => thawed = None,
+                std::task::Poll::Pending => return std::task::Poll::Pending,
+            }
         }
-        tokio::select! {
-            biased;
-            changed = frozen.changed() => if changed.is_err() {
-                return task.await;
-            },
-            done = &mut task => return done,
-        }
-    }
+    })
 }
 
 /// The hook supervisor's promises to the election: leader work runs from `Elected` until
@@ -440,5 +472,15 @@ async fn health_model(
             changed = failing.changed() => if changed.is_err() { return },
             changed = status.changed() => if changed.is_err() { return },
         }
+    }
+}
+
+impl Process {
+    /// Whether it could lead now: a live candidate, not stopping or frozen, whose health
+    /// check (if any) has passed and passes.
+    pub(super) fn could_lead(&self, world: &World) -> bool {
+        let checked = !self.has_health_check
+            || (!self.failing() && Instant::now() >= self.started + world.scenario.interval);
+        self.candidate && self.alive(world) && !self.stopping() && !self.frozen() && checked
     }
 }

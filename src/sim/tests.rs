@@ -51,7 +51,16 @@ fn search(first: u64, count: u64) -> Searched {
                     {
                         return;
                     }
+                    let timed = std::time::Instant::now();
                     let report = run(seed);
+                    if std::env::var_os("LEADERD_SIM_PROFILE").is_some() {
+                        eprintln!(
+                            "seed {seed}: {:?}, {} events, {} statements",
+                            timed.elapsed(),
+                            report.events,
+                            report.statements
+                        );
+                    }
                     seeds.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     statements.fetch_add(report.statements, std::sync::atomic::Ordering::Relaxed);
                     if report.violation.is_some() {

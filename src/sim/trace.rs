@@ -6,8 +6,16 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
-/// Events kept for a failure's report.
-const KEPT: usize = 80;
+/// Events kept for a failure's report (`LEADERD_SIM_KEEP` keeps more, for a replay).
+fn kept() -> usize {
+    static KEPT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *KEPT.get_or_init(|| {
+        std::env::var("LEADERD_SIM_KEEP")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(80)
+    })
+}
 
 /// One thing that happened, at a virtual time since the run began.
 #[derive(Debug, Clone, Hash)]
@@ -51,7 +59,7 @@ impl Trace {
         };
         entry.hash(&mut self.hasher);
         self.events += 1;
-        if self.tail.len() == KEPT {
+        if self.tail.len() == kept() {
             self.tail.pop_front();
         }
         self.tail.push_back(entry);

@@ -32,7 +32,9 @@ pub(super) struct Dialect {
     /// ours, if the commands pending on the row are the ones the leader has seen (0 or 1
     /// each): a new command makes it match nothing, and the leader reads the row.
     pub(super) renew: &'static str,
-    /// (name, holder, term): give the row up. On PostgreSQL its commit does not wait for
+    /// (name, holder, term): give the row up. A handover the leader was asked for gets its
+    /// window anew (two lease lengths from now), so that it covers the step-down however
+    /// long that took. On PostgreSQL its commit does not wait for
     /// the WAL flush (`synchronous_commit` off for its own transaction): the holder has
     /// stopped acting already, so a release lost in a server crash only leaves the lease
     /// to lapse, as a stopped node's does, and the claim that follows it flushes it.
@@ -41,21 +43,34 @@ pub(super) struct Dialect {
     pub(super) pause: &'static str,
     /// (name): end a pause.
     pub(super) resume: &'static str,
-    /// (name, holder, term): ask the leader of a live term to step down.
+    /// (name, holder, term): ask the leader of a live term to step down. Like the
+    /// handovers below, it asks nothing of a leader that is already asked or whose lease
+    /// is offered to a node (one step-down at a time: one under way is not redirected, an
+    /// offer's answer cannot be mistaken for another command, and a repeated command is
+    /// harmless).
     pub(super) resign: &'static str,
+    /// (to, name, holder, term): offer a live term's lease to `to`: only `to` may claim
+    /// for two of its lease lengths, and the leader is not asked yet; `to` accepts the
+    /// offer ([`Dialect::accept_handover`]) if it runs and could lead.
+    pub(super) offer_handover: &'static str,
+    /// (node, name, node, term): `node` accepts the offer of a live term's lease, which
+    /// asks the leader to step down (a command the leader's renewal sees).
+    pub(super) accept_handover: &'static str,
     /// (to, name, holder, term): ask the leader of a live term to step down, and let only
-    /// `to` claim for two of its lease lengths.
+    /// `to` claim for two of its lease lengths, without asking `to` (`handover --force`,
+    /// and a candidate that preempts, being `to` itself).
     pub(super) handover: &'static str,
     /// (name) on PostgreSQL: wakes every node that LISTENs (a command is pending).
     pub(super) wake: Option<&'static str>,
-    /// (election, node_id, candidate, priority, version, host, fresh): a node records
-    /// itself; `fresh` (1 on a process's first record) resets `started`.
+    /// (election, node_id, candidate, priority, version, host, standing, fresh): a node
+    /// records itself; `fresh` (1 on a process's first record) resets `started`.
     pub(super) record_member: &'static str,
     /// (hold_ms, election, node_id): a node that lost by preemption does not preempt for
     /// hold_ms.
     pub(super) hold_preemption: &'static str,
     /// (election) -> node_id, candidate, priority, version, host, member_ms (since
-    /// started), seen_ms (since last_seen), no_preempt_ms (left, NULL once over).
+    /// started), seen_ms (since last_seen), no_preempt_ms (left, NULL once over),
+    /// standing.
     pub(super) members: &'static str,
     /// (election, older_than_ms): forget members not seen for that long.
     pub(super) prune_members: &'static str,
@@ -105,7 +120,10 @@ pub(super) const POSTGRES: Dialect = Dialect {
     // Also wakes the nodes that LISTEN (notify.rs); the notification is sent on commit.
     release: r#"WITH released AS (
                     UPDATE service_leader_lock
-                    SET container_id = NULL, "timestamp" = clock_timestamp()
+                    SET container_id = NULL, "timestamp" = clock_timestamp(),
+                        handover_until = CASE WHEN handover_to IS NOT NULL AND resign_term = term
+                                              THEN clock_timestamp() + 2 * lease_ms * INTERVAL '1 millisecond'
+                                              ELSE handover_until END
                     WHERE name = ? AND container_id = ? AND term = ?
                     RETURNING name)
                 SELECT pg_notify('leaderd_release', name),
@@ -117,22 +135,42 @@ pub(super) const POSTGRES: Dialect = Dialect {
     resume: r#"UPDATE service_leader_lock SET paused_until = NULL WHERE name = ?"#,
     resign: r#"UPDATE service_leader_lock SET resign_term = term
                WHERE name = ? AND container_id = ? AND term = ?
+                 AND (resign_term IS NULL OR resign_term <> term)
+                 AND (handover_to IS NULL OR handover_until <= clock_timestamp())
                  AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()"#,
+    offer_handover: r#"UPDATE service_leader_lock
+                       SET handover_to = ?,
+                           handover_until = clock_timestamp() + 2 * lease_ms * INTERVAL '1 millisecond'
+                       WHERE name = ? AND container_id = ? AND term = ?
+                         AND (resign_term IS NULL OR resign_term <> term)
+                         AND (handover_to IS NULL OR handover_until <= clock_timestamp())
+                         AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()"#,
+    // Wakes the leader (and the nodes that LISTEN), which renews now and sees the request.
+    accept_handover: r#"WITH accepted AS (
+                            UPDATE service_leader_lock SET resign_term = term
+                            WHERE handover_to = ? AND name = ? AND container_id <> ? AND term = ?
+                              AND handover_until > clock_timestamp()
+                              AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()
+                            RETURNING name)
+                        SELECT pg_notify('leaderd_release', name) FROM accepted"#,
     handover: r#"UPDATE service_leader_lock
                  SET handover_to = ?, resign_term = term,
                      handover_until = clock_timestamp() + 2 * lease_ms * INTERVAL '1 millisecond'
                  WHERE name = ? AND container_id = ? AND term = ?
+                   AND (resign_term IS NULL OR resign_term <> term)
+                   AND (handover_to IS NULL OR handover_until <= clock_timestamp())
                    AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()"#,
     // The release's channel: a hint to run a round now (notify.rs), which the leader
     // also heeds, so it sees the command at once.
     wake: Some("SELECT pg_notify('leaderd_release', ?)"),
     record_member: r#"INSERT INTO leaderd_member
-                          (election, node_id, candidate, priority, version, host, started, last_seen)
-                      VALUES (?, ?, ?, ?, ?, ?, clock_timestamp(), clock_timestamp())
+                          (election, node_id, candidate, priority, version, host, standing,
+                           started, last_seen)
+                      VALUES (?, ?, ?, ?, ?, ?, ?, clock_timestamp(), clock_timestamp())
                       ON CONFLICT (election, node_id) DO UPDATE SET
                           candidate = EXCLUDED.candidate, priority = EXCLUDED.priority,
                           version = EXCLUDED.version, host = EXCLUDED.host,
-                          last_seen = EXCLUDED.last_seen,
+                          standing = EXCLUDED.standing, last_seen = EXCLUDED.last_seen,
                           started = CASE WHEN ? = 1 THEN EXCLUDED.started
                                          ELSE leaderd_member.started END"#,
     hold_preemption: r#"UPDATE leaderd_member
@@ -143,7 +181,8 @@ pub(super) const POSTGRES: Dialect = Dialect {
                        (EXTRACT(EPOCH FROM (clock_timestamp() - last_seen)) * 1000)::BIGINT AS seen_ms,
                        CASE WHEN no_preempt_until > clock_timestamp() THEN
                            (EXTRACT(EPOCH FROM (no_preempt_until - clock_timestamp())) * 1000)::BIGINT
-                       END AS no_preempt_ms
+                       END AS no_preempt_ms,
+                       standing
                 FROM leaderd_member WHERE election = ? ORDER BY node_id"#,
     prune_members: r#"DELETE FROM leaderd_member
                       WHERE election = ?
@@ -202,7 +241,10 @@ pub(super) const MYSQL: Dialect = Dialect {
               AND (CASE WHEN resign_term = term THEN 1 ELSE 0 END) = ?
               AND (CASE WHEN paused_until > NOW(6) THEN 1 ELSE 0 END) = ?",
     release: "UPDATE service_leader_lock
-              SET container_id = NULL, `timestamp` = NOW(6)
+              SET container_id = NULL, `timestamp` = NOW(6),
+                  handover_until = IF(handover_to IS NOT NULL AND resign_term = term,
+                                      NOW(6) + INTERVAL (2 * lease_ms * 1000) MICROSECOND,
+                                      handover_until)
               WHERE name = ? AND container_id = ? AND term = ?",
     pause: "UPDATE service_leader_lock
             SET paused_until = NOW(6) + INTERVAL (? * 1000) MICROSECOND
@@ -210,21 +252,37 @@ pub(super) const MYSQL: Dialect = Dialect {
     resume: "UPDATE service_leader_lock SET paused_until = NULL WHERE name = ?",
     resign: "UPDATE service_leader_lock SET resign_term = term
              WHERE name = ? AND container_id = ? AND term = ?
+               AND (resign_term IS NULL OR resign_term <> term)
+               AND (handover_to IS NULL OR handover_until <= NOW(6))
                AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)",
+    offer_handover: "UPDATE service_leader_lock
+                     SET handover_to = ?,
+                         handover_until = NOW(6) + INTERVAL (2 * lease_ms * 1000) MICROSECOND
+                     WHERE name = ? AND container_id = ? AND term = ?
+                       AND (resign_term IS NULL OR resign_term <> term)
+                       AND (handover_to IS NULL OR handover_until <= NOW(6))
+                       AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)",
+    accept_handover: "UPDATE service_leader_lock SET resign_term = term
+                      WHERE handover_to = ? AND name = ? AND container_id <> ? AND term = ?
+                        AND handover_until > NOW(6)
+                        AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)",
     handover: "UPDATE service_leader_lock
                SET handover_to = ?, resign_term = term,
                    handover_until = NOW(6) + INTERVAL (2 * lease_ms * 1000) MICROSECOND
                WHERE name = ? AND container_id = ? AND term = ?
+                 AND (resign_term IS NULL OR resign_term <> term)
+                 AND (handover_to IS NULL OR handover_until <= NOW(6))
                  AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)",
     wake: None,
     record_member: "INSERT INTO leaderd_member
-                        (election, node_id, candidate, priority, version, host, started, last_seen)
-                    VALUES (?, ?, ?, ?, ?, ?, NOW(6), NOW(6))
+                        (election, node_id, candidate, priority, version, host, standing,
+                         started, last_seen)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6), NOW(6))
                     ON DUPLICATE KEY UPDATE
                         started = IF(? = 1, VALUES(started), started),
                         candidate = VALUES(candidate), priority = VALUES(priority),
                         version = VALUES(version), host = VALUES(host),
-                        last_seen = VALUES(last_seen)",
+                        standing = VALUES(standing), last_seen = VALUES(last_seen)",
     hold_preemption: "UPDATE leaderd_member
                       SET no_preempt_until = NOW(6) + INTERVAL (? * 1000) MICROSECOND
                       WHERE election = ? AND node_id = ?",
@@ -233,7 +291,8 @@ pub(super) const MYSQL: Dialect = Dialect {
                      CAST(TIMESTAMPDIFF(MICROSECOND, last_seen, NOW(6)) DIV 1000 AS SIGNED) AS seen_ms,
                      CASE WHEN no_preempt_until > NOW(6) THEN
                          CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), no_preempt_until) DIV 1000 AS SIGNED)
-                     END AS no_preempt_ms
+                     END AS no_preempt_ms,
+                     standing
               FROM leaderd_member WHERE election = ? ORDER BY node_id",
     prune_members: "DELETE FROM leaderd_member
                     WHERE election = ? AND last_seen < NOW(6) - INTERVAL (? * 1000) MICROSECOND",
@@ -292,7 +351,11 @@ pub(super) const SQLITE: Dialect = Dialect {
                 AND (CASE WHEN resign_term = term THEN 1 ELSE 0 END) = ?
                 AND (CASE WHEN julianday(paused_until) > julianday('now') THEN 1 ELSE 0 END) = ?"#,
     release: r#"UPDATE service_leader_lock
-                SET container_id = NULL, "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now')
+                SET container_id = NULL, "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+                    handover_until = CASE WHEN handover_to IS NOT NULL AND resign_term = term
+                                          THEN strftime('%Y-%m-%d %H:%M:%f',
+                                                        julianday('now') + 2 * lease_ms / 86400000.0)
+                                          ELSE handover_until END
                 WHERE name = ? AND container_id = ? AND term = ?"#,
     pause: r#"UPDATE service_leader_lock
               SET paused_until = strftime('%Y-%m-%d %H:%M:%f', julianday('now') + ? / 86400000.0)
@@ -300,22 +363,39 @@ pub(super) const SQLITE: Dialect = Dialect {
     resume: r#"UPDATE service_leader_lock SET paused_until = NULL WHERE name = ?"#,
     resign: r#"UPDATE service_leader_lock SET resign_term = term
                WHERE name = ? AND container_id = ? AND term = ?
+                 AND (resign_term IS NULL OR resign_term <> term)
+                 AND (handover_to IS NULL OR julianday(handover_until) <= julianday('now'))
                  AND (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms"#,
+    offer_handover: r#"UPDATE service_leader_lock
+                       SET handover_to = ?,
+                           handover_until = strftime('%Y-%m-%d %H:%M:%f',
+                                                     julianday('now') + 2 * lease_ms / 86400000.0)
+                       WHERE name = ? AND container_id = ? AND term = ?
+                         AND (resign_term IS NULL OR resign_term <> term)
+                         AND (handover_to IS NULL OR julianday(handover_until) <= julianday('now'))
+                         AND (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms"#,
+    accept_handover: r#"UPDATE service_leader_lock SET resign_term = term
+                        WHERE handover_to = ? AND name = ? AND container_id <> ? AND term = ?
+                          AND julianday(handover_until) > julianday('now')
+                          AND (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms"#,
     handover: r#"UPDATE service_leader_lock
                  SET handover_to = ?, resign_term = term,
                      handover_until = strftime('%Y-%m-%d %H:%M:%f',
                                                julianday('now') + 2 * lease_ms / 86400000.0)
                  WHERE name = ? AND container_id = ? AND term = ?
+                   AND (resign_term IS NULL OR resign_term <> term)
+                   AND (handover_to IS NULL OR julianday(handover_until) <= julianday('now'))
                    AND (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms"#,
     wake: None,
     record_member: r#"INSERT INTO leaderd_member
-                          (election, node_id, candidate, priority, version, host, started, last_seen)
-                      VALUES (?, ?, ?, ?, ?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now'),
+                          (election, node_id, candidate, priority, version, host, standing,
+                           started, last_seen)
+                      VALUES (?, ?, ?, ?, ?, ?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now'),
                               strftime('%Y-%m-%d %H:%M:%f', 'now'))
                       ON CONFLICT (election, node_id) DO UPDATE SET
                           candidate = excluded.candidate, priority = excluded.priority,
                           version = excluded.version, host = excluded.host,
-                          last_seen = excluded.last_seen,
+                          standing = excluded.standing, last_seen = excluded.last_seen,
                           started = CASE WHEN ? = 1 THEN excluded.started
                                          ELSE leaderd_member.started END"#,
     hold_preemption: r#"UPDATE leaderd_member
@@ -327,7 +407,8 @@ pub(super) const SQLITE: Dialect = Dialect {
                        CAST(ROUND((julianday('now') - julianday(last_seen)) * 86400000.0) AS INTEGER) AS seen_ms,
                        CASE WHEN julianday(no_preempt_until) > julianday('now') THEN
                            CAST(ROUND((julianday(no_preempt_until) - julianday('now')) * 86400000.0) AS INTEGER)
-                       END AS no_preempt_ms
+                       END AS no_preempt_ms,
+                       standing
                 FROM leaderd_member WHERE election = ? ORDER BY node_id"#,
     prune_members: r#"DELETE FROM leaderd_member
                       WHERE election = ?

@@ -12,8 +12,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    Commands, ControlStore, LeaseRow, LeaseStore, Member, MemberRecord, Pending, ProcessToken,
-    StoreError,
+    Commands, ControlStore, LeaseRow, LeaseStore, Member, MemberRecord, MemberStanding, Pending,
+    ProcessToken, StepDownRequest, StoreError,
 };
 
 /// One election's row (`service_leader_lock`).
@@ -63,6 +63,11 @@ impl Row {
         }
     }
 
+    /// A handover's window is open: `handover_to IS NOT NULL AND handover_until > now`.
+    fn offered(&self, now: Instant) -> bool {
+        self.handover_to.is_some() && self.handover_until.is_some_and(|until| now < until)
+    }
+
     /// What a new term starts with: the commands of the old one are done.
     fn start_term(&mut self, holder: &str, token: ProcessToken, ttl: Duration, now: Instant) {
         self.term += 1;
@@ -87,7 +92,8 @@ impl Row {
             term_token: self.term_token,
             pending: Pending {
                 paused_for: left(self.paused_until),
-                handover_to: self.handover_to.clone(),
+                // As the SQL reads it: only while its window lasts.
+                handover_to: self.handover_to.clone().filter(|_| self.offered(now)),
                 handover_for: left(self.handover_until),
                 resign_term: self.resign_term,
             },
@@ -99,6 +105,7 @@ impl Row {
 #[derive(Debug, Clone)]
 struct MemberRow {
     candidate: bool,
+    standing: MemberStanding,
     priority: i64,
     version: String,
     host: String,
@@ -206,11 +213,15 @@ impl Table {
         }
     }
 
+    /// Gives the row up; a handover its leader was asked for gets its window anew.
     pub fn release(&mut self, now: Instant, name: &str, holder: &str, term: i64) -> bool {
         match self.rows.get_mut(name) {
             Some(row) if row.term == term && row.holder.as_deref() == Some(holder) => {
                 row.holder = None;
                 row.renewed_at = now;
+                if row.handover_to.is_some() && row.resign_term == Some(term) {
+                    row.handover_until = Some(now + row.lease * 2);
+                }
                 true
             }
             _ => false,
@@ -240,7 +251,11 @@ impl Table {
     pub fn request_resign(&mut self, now: Instant, name: &str, holder: &str, term: i64) -> bool {
         match self.rows.get_mut(name) {
             Some(row)
-                if row.term == term && row.holder.as_deref() == Some(holder) && row.live(now) =>
+                if row.term == term
+                    && row.holder.as_deref() == Some(holder)
+                    && row.resign_term != Some(term)
+                    && !row.offered(now)
+                    && row.live(now) =>
             {
                 row.resign_term = Some(term);
                 true
@@ -249,7 +264,8 @@ impl Table {
         }
     }
 
-    /// `leaderd handover --to`: as a resign, and only `to` may claim for two lease lengths.
+    /// `leaderd handover --to`: only `to` may claim for two lease lengths; the leader is
+    /// asked to step down at once (`offer` false), or once `to` accepts.
     pub fn request_handover(
         &mut self,
         now: Instant,
@@ -257,12 +273,19 @@ impl Table {
         holder: &str,
         term: i64,
         to: &str,
+        offer: bool,
     ) -> bool {
         match self.rows.get_mut(name) {
             Some(row)
-                if row.term == term && row.holder.as_deref() == Some(holder) && row.live(now) =>
+                if row.term == term
+                    && row.holder.as_deref() == Some(holder)
+                    && row.resign_term != Some(term)
+                    && !row.offered(now)
+                    && row.live(now) =>
             {
-                row.resign_term = Some(term);
+                if !offer {
+                    row.resign_term = Some(term);
+                }
                 row.handover_to = Some(to.to_owned());
                 row.handover_until = Some(now + row.lease * 2);
                 true
@@ -271,10 +294,48 @@ impl Table {
         }
     }
 
+    /// `node` accepts the handover offered to it of a live lease in `term`.
+    pub fn accept_handover(&mut self, now: Instant, name: &str, node: &str, term: i64) -> bool {
+        match self.rows.get_mut(name) {
+            Some(row)
+                if row.handover_to.as_deref() == Some(node)
+                    && row.holder.as_deref().is_some_and(|h| h != node)
+                    && row.term == term
+                    && row.handover_until.is_some_and(|until| now < until)
+                    && row.live(now) =>
+            {
+                row.resign_term = Some(term);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// One of the [`StepDownRequest`]s.
+    pub fn request_step_down(
+        &mut self,
+        now: Instant,
+        name: &str,
+        holder: &str,
+        term: i64,
+        request: StepDownRequest<'_>,
+    ) -> bool {
+        match request {
+            StepDownRequest::Resign => self.request_resign(now, name, holder, term),
+            StepDownRequest::Offer { to } => {
+                self.request_handover(now, name, holder, term, to, true)
+            }
+            StepDownRequest::Handover { to } => {
+                self.request_handover(now, name, holder, term, to, false)
+            }
+        }
+    }
+
     pub fn record_member(&mut self, now: Instant, record: &MemberRecord, fresh: bool) {
         let key = (record.election.clone(), record.node_id.clone());
         let member = self.members.entry(key).or_insert_with(|| MemberRow {
-            candidate: record.candidate,
+            candidate: record.candidate(),
+            standing: record.standing,
             priority: record.priority,
             version: record.version.clone(),
             host: record.host.clone(),
@@ -282,7 +343,8 @@ impl Table {
             last_seen: now,
             no_preempt_until: None,
         });
-        member.candidate = record.candidate;
+        member.candidate = record.candidate();
+        member.standing = record.standing;
         member.priority = record.priority;
         member.version = record.version.clone();
         member.host = record.host.clone();
@@ -309,6 +371,7 @@ impl Table {
             .map(|((_, node_id), m)| Member {
                 node_id: node_id.clone(),
                 candidate: m.candidate,
+                standing: Some(m.standing),
                 priority: m.priority,
                 version: m.version.clone(),
                 host: m.host.clone(),
@@ -605,6 +668,25 @@ impl LeaseStore for MemoryStore {
         .await
     }
 
+    async fn accept_handover(
+        &mut self,
+        name: &str,
+        node: &str,
+        term: i64,
+    ) -> Result<bool, StoreError> {
+        let (name, node) = (name.to_owned(), node.to_owned());
+        let releases = self.releases.clone();
+        self.with_table("accept_handover", move |table, now| {
+            let accepted = table.accept_handover(now, &name, &node, term);
+            if accepted {
+                // Wakes the leader, as PostgreSQL's notification does.
+                let _ = releases.send(name);
+            }
+            accepted
+        })
+        .await
+    }
+
     fn release_notifications(&self, name: &str) -> Option<tokio::sync::mpsc::Receiver<()>> {
         if !self.notifies {
             return None;
@@ -657,12 +739,24 @@ impl ControlStore for MemoryStore {
         name: &str,
         holder: &str,
         term: i64,
-        to: Option<&str>,
+        request: StepDownRequest<'_>,
     ) -> Result<bool, StoreError> {
-        let (name, holder, to) = (name.to_owned(), holder.to_owned(), to.map(str::to_owned));
-        self.with_table("step_down", move |table, now| match &to {
-            Some(to) => table.request_handover(now, &name, &holder, term, to),
-            None => table.request_resign(now, &name, &holder, term),
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        let (offer, to) = match request {
+            StepDownRequest::Resign => (false, None),
+            StepDownRequest::Offer { to } => (true, Some(to.to_owned())),
+            StepDownRequest::Handover { to } => (false, Some(to.to_owned())),
+        };
+        let releases = self.releases.clone();
+        self.with_table("step_down", move |table, now| {
+            let asked = match &to {
+                Some(to) => table.request_handover(now, &name, &holder, term, to, offer),
+                None => table.request_resign(now, &name, &holder, term),
+            };
+            if asked {
+                let _ = releases.send(name);
+            }
+            asked
         })
         .await
     }

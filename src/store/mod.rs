@@ -99,6 +99,15 @@ impl LeaseRow {
                 .is_some_and(|to| to != node)
     }
 
+    /// Whether the live lease is offered to `node` by a handover it has not accepted yet
+    /// (see [`StepDownRequest::Offer`]).
+    pub fn offered_to(&self, node: &str) -> bool {
+        self.pending.handover_to.as_deref() == Some(node)
+            && self.pending.handover_for.is_some()
+            && self.pending.resign_term != Some(self.term)
+            && self.live_holder().is_some_and(|holder| holder != node)
+    }
+
     /// The holder, if its lease is still live by the database clock.
     pub fn live_holder(&self) -> Option<&str> {
         self.holder.as_deref().filter(|_| self.age < self.lease)
@@ -141,25 +150,74 @@ impl LeaseRow {
     }
 }
 
+/// What a member of an election is, as it records itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberStanding {
+    /// `election.candidate = false`: it follows and never claims.
+    Observer,
+    /// It may lead.
+    Candidate,
+    /// A candidate whose health check has not passed yet.
+    Starting,
+    /// A candidate whose health check fails.
+    Unhealthy,
+    /// It stepped down and left (a clean stop).
+    Stopped,
+}
+
+impl MemberStanding {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemberStanding::Observer => "observer",
+            MemberStanding::Candidate => "candidate",
+            MemberStanding::Starting => "starting",
+            MemberStanding::Unhealthy => "unhealthy",
+            MemberStanding::Stopped => "stopped",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            MemberStanding::Observer,
+            MemberStanding::Candidate,
+            MemberStanding::Starting,
+            MemberStanding::Unhealthy,
+            MemberStanding::Stopped,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
+}
+
 /// What a running node records about itself in `leaderd_member` (see
-/// [`SqlStore::record_member`]).
+/// [`ControlStore::record_member`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberRecord {
     pub election: String,
     pub node_id: String,
-    /// Whether it may lead (an observer may not).
-    pub candidate: bool,
+    pub standing: MemberStanding,
     pub priority: i64,
     /// leaderd's version.
     pub version: String,
     pub host: String,
 }
 
+impl MemberRecord {
+    /// Whether it may lead now (the `candidate` column, as nodes of the previous
+    /// release read it).
+    pub fn candidate(&self) -> bool {
+        self.standing == MemberStanding::Candidate
+    }
+}
+
 /// A member of an election as the table has it, times by the database clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
     pub node_id: String,
+    /// Whether it may lead now (as it last recorded itself).
     pub candidate: bool,
+    /// What it is; `None` in a record of a version before standings.
+    pub standing: Option<MemberStanding>,
     pub priority: i64,
     pub version: String,
     pub host: String,
@@ -175,9 +233,25 @@ pub struct Member {
 pub const MEMBER_PERIOD: Duration = Duration::from_secs(10);
 
 impl Member {
-    /// Not seen for three record periods: its process is gone (or cut off).
+    /// It stopped, or was not seen for three record periods: its process is gone (or cut
+    /// off).
     pub fn gone(&self) -> bool {
-        self.seen_ago > MEMBER_PERIOD * 3
+        self.standing == Some(MemberStanding::Stopped) || self.seen_ago > MEMBER_PERIOD * 3
+    }
+
+    /// What it is now: its recorded standing, `Stopped` once gone.
+    pub fn standing(&self) -> MemberStanding {
+        match (self.gone(), self.standing) {
+            (true, _) => MemberStanding::Stopped,
+            (false, Some(standing)) => standing,
+            (false, None) if self.candidate => MemberStanding::Candidate,
+            (false, None) => MemberStanding::Observer,
+        }
+    }
+
+    /// Whether it could take the lease now, as far as the table says.
+    pub fn may_lead(&self) -> bool {
+        self.standing() == MemberStanding::Candidate
     }
 }
 
@@ -320,6 +394,14 @@ pub trait LeaseStore: Send {
         term: i64,
         seen: Commands,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// `node` accepts a handover offered to it (see [`StepDownRequest::Offer`]) of the
+    /// live lease in `term`, which asks its leader to step down. Whether it did.
+    fn accept_handover(
+        &mut self,
+        name: &str,
+        node: &str,
+        term: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Gives the row up if `holder` still holds it in `term`.
     fn release(
         &mut self,
@@ -335,6 +417,20 @@ pub trait LeaseStore: Send {
     }
 }
 
+/// How a leader is asked to give its lease up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepDownRequest<'a> {
+    /// `leaderd resign`: step down; anyone may claim.
+    Resign,
+    /// `leaderd handover --to`: only `to` may claim for two lease lengths, and the leader
+    /// is asked only once `to` accepts ([`LeaseStore::accept_handover`]), which a node
+    /// does only while it runs and could lead.
+    Offer { to: &'a str },
+    /// Step down, and only `to` may claim for two lease lengths, without waiting for `to`
+    /// (`handover --force`, and a candidate that preempts, being `to` itself).
+    Handover { to: &'a str },
+}
+
 /// Operator commands (`leaderd pause`, `resume`, `resign`, `handover`) on an election's
 /// row, and the members table (`leaderd_member`): what `operator.rs` and `members.rs` need
 /// from a database, beside the election's own [`LeaseStore`]. Each is one statement (and
@@ -348,14 +444,14 @@ pub trait ControlStore: LeaseStore {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Ends a pause of `name`; whether the row exists.
     fn resume(&mut self, name: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Asks `holder`, leader of `name` in `term`, to step down (to `to` only, for a
-    /// handover); `false` if that lease is not live any more.
+    /// Asks `holder`, leader of `name` in `term`, to step down, or offers its lease to a
+    /// node (see [`StepDownRequest`]); `false` if that lease is not live any more.
     fn request_step_down(
         &mut self,
         name: &str,
         holder: &str,
         term: i64,
-        to: Option<&str>,
+        request: StepDownRequest<'_>,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Records (or refreshes) a member; `fresh` on the process's first record.
     fn record_member(
@@ -591,13 +687,18 @@ impl ControlStore for SqlStore {
         name: &str,
         holder: &str,
         term: i64,
-        to: Option<&str>,
+        request: StepDownRequest<'_>,
     ) -> Result<bool, StoreError> {
-        let (name, holder, to) = (name.to_owned(), holder.to_owned(), to.map(str::to_owned));
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        let (offer, to) = match request {
+            StepDownRequest::Resign => (false, None),
+            StepDownRequest::Offer { to } => (true, Some(to.to_owned())),
+            StepDownRequest::Handover { to } => (false, Some(to.to_owned())),
+        };
         self.run(Opening::Plain, move |c| {
             Box::pin(async move {
                 let asked = match &to {
-                    Some(to) => c.request_handover(&name, &holder, term, to).await?,
+                    Some(to) => c.request_handover(&name, &holder, term, to, offer).await?,
                     None => c.request_resign(&name, &holder, term).await?,
                 };
                 if asked {
@@ -734,6 +835,19 @@ impl LeaseStore for SqlStore {
             .await;
         self.note(name, holder, &answer);
         answer
+    }
+
+    async fn accept_handover(
+        &mut self,
+        name: &str,
+        node: &str,
+        term: i64,
+    ) -> Result<bool, StoreError> {
+        let (name, node) = (name.to_owned(), node.to_owned());
+        self.run(Opening::Plain, move |c| {
+            Box::pin(async move { c.accept_handover(&name, &node, term).await })
+        })
+        .await
     }
 
     async fn release(&mut self, name: &str, holder: &str, term: i64) -> Result<bool, StoreError> {

@@ -99,6 +99,20 @@ impl LeaseStore for SharedStore {
             .await
     }
 
+    async fn accept_handover(
+        &mut self,
+        name: &str,
+        node: &str,
+        term: i64,
+    ) -> Result<bool, StoreError> {
+        let connection = self.pick();
+        connection
+            .lock()
+            .await
+            .accept_handover(name, node, term)
+            .await
+    }
+
     async fn release(&mut self, name: &str, holder: &str, term: i64) -> Result<bool, StoreError> {
         let connection = self.pick();
         connection.lock().await.release(name, holder, term).await

@@ -20,7 +20,9 @@ use super::dialect::{
 };
 use super::pooler;
 use super::{Backend, DatabaseUrl};
-use super::{Commands, LeaseRow, Member, MemberRecord, Pending, ProcessToken, StoreError};
+use super::{
+    Commands, LeaseRow, Member, MemberRecord, MemberStanding, Pending, ProcessToken, StoreError,
+};
 
 const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
 const MYSQL_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/mysql");
@@ -71,6 +73,8 @@ struct MemberSql {
     seen_ms: i64,
     #[diesel(sql_type = Nullable<BigInt>)]
     no_preempt_ms: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    standing: Option<String>,
 }
 
 /// One open connection to whichever backend the URL names.
@@ -205,13 +209,14 @@ where
 }
 
 /// Columns later migrations added, which a table migrated for an older version lacks.
-const ADDED_COLUMNS: [&str; 6] = [
+const ADDED_COLUMNS: [&str; 7] = [
     "term_token",
     "paused_until",
     "handover_to",
     "handover_until",
     "resign_term",
     "leaderd_member",
+    "standing",
 ];
 
 /// Tells a statement that failed on a column the table lacks (a node of this version on a
@@ -581,14 +586,15 @@ impl DbConnection {
         Ok(self.write(|d| d.resign, params).await? == 1)
     }
 
-    /// Asks `holder`, leader in `term`, to step down in favour of `to`; `false` if that
-    /// lease is not live.
+    /// Asks `holder`, leader in `term`, to step down in favour of `to`, or (`offer`) only
+    /// offers `to` its lease; `false` if that lease is not live.
     pub async fn request_handover(
         &mut self,
         name: &str,
         holder: &str,
         term: i64,
         to: &str,
+        offer: bool,
     ) -> Result<bool, StoreError> {
         let params = vec![
             Param::Text(to),
@@ -596,7 +602,27 @@ impl DbConnection {
             Param::Text(holder),
             Param::BigInt(term),
         ];
-        Ok(self.write(|d| d.handover, params).await? == 1)
+        let statement = match offer {
+            true => |d: &Dialect| d.offer_handover,
+            false => |d: &Dialect| d.handover,
+        };
+        Ok(self.write(statement, params).await? == 1)
+    }
+
+    /// `node` accepts the handover offered to it of the live lease in `term`.
+    pub async fn accept_handover(
+        &mut self,
+        name: &str,
+        node: &str,
+        term: i64,
+    ) -> Result<bool, StoreError> {
+        let params = vec![
+            Param::Text(node),
+            Param::Text(name),
+            Param::Text(node),
+            Param::BigInt(term),
+        ];
+        Ok(self.write(|d| d.accept_handover, params).await? == 1)
     }
 
     /// Wakes the nodes of `name` that listen for notifications (PostgreSQL only).
@@ -625,10 +651,11 @@ impl DbConnection {
         let params = vec![
             Param::Text(&record.election),
             Param::Text(&record.node_id),
-            Param::BigInt(i64::from(record.candidate)),
+            Param::BigInt(i64::from(record.candidate())),
             Param::BigInt(record.priority),
             Param::Text(&record.version),
             Param::Text(&record.host),
+            Param::Text(record.standing.as_str()),
             Param::BigInt(i64::from(fresh)),
         ];
         self.write(|d| d.record_member, params).await?;
@@ -663,6 +690,7 @@ impl DbConnection {
             .map(|row| Member {
                 node_id: row.node_id,
                 candidate: row.candidate != 0,
+                standing: row.standing.as_deref().and_then(MemberStanding::parse),
                 priority: row.priority,
                 version: row.version,
                 host: row.host,

@@ -10,8 +10,8 @@ use leaderd::store::DatabaseUrl;
 use leaderd::store::memory::MemoryStore;
 use leaderd::store::shared::SharedStore;
 use leaderd::store::{
-    Commands, ControlStore, DbConnection, LeaseStore, MemberRecord, ProcessToken, SqlStore,
-    StoreError, Timeouts,
+    Commands, ControlStore, DbConnection, LeaseStore, MemberRecord, MemberStanding, ProcessToken,
+    SqlStore, StepDownRequest, StoreError, Timeouts,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

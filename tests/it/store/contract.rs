@@ -371,10 +371,16 @@ pub(super) async fn a_handover_lets_only_its_target_claim_within_its_window(db: 
     a.ensure_row(name).await.unwrap();
     assert!(a.claim(name, "a", any_token(), short, 0).await.unwrap());
     assert!(
-        !c.request_step_down(name, "a", 0, None).await.unwrap(),
+        !c.request_step_down(name, "a", 0, StepDownRequest::Resign)
+            .await
+            .unwrap(),
         "a term that is not the live one"
     );
-    assert!(c.request_step_down(name, "a", 1, None).await.unwrap());
+    assert!(
+        c.request_step_down(name, "a", 1, StepDownRequest::Resign)
+            .await
+            .unwrap()
+    );
     assert_eq!(
         a.get(name).await.unwrap().unwrap().pending.resign_term,
         Some(1)
@@ -394,8 +400,45 @@ pub(super) async fn a_handover_lets_only_its_target_claim_within_its_window(db: 
     let row = b.get(name).await.unwrap().unwrap();
     assert_eq!(row.pending.resign_term, None, "a new term starts clean");
 
-    // Handover from b (term 2) to c.
-    assert!(a.request_step_down(name, "b", 2, Some("c")).await.unwrap());
+    // Handover from b (term 2) to c, offered first: the leader is not asked until c
+    // accepts, and only c can.
+    let offer = StepDownRequest::Offer { to: "c" };
+    assert!(a.request_step_down(name, "b", 2, offer).await.unwrap());
+    let row = a.get(name).await.unwrap().unwrap();
+    assert_eq!(
+        row.pending.resign_term, None,
+        "an offer asks nothing of the leader"
+    );
+    assert!(row.offered_to("c") && !row.offered_to("a"));
+    assert!(
+        b.renew(name, "b", short, 2).await.unwrap(),
+        "the leader renews as before"
+    );
+    assert!(
+        !a.accept_handover(name, "a", 2).await.unwrap(),
+        "not offered to a"
+    );
+    for other in [
+        StepDownRequest::Resign,
+        StepDownRequest::Offer { to: "a" },
+        StepDownRequest::Handover { to: "a" },
+    ] {
+        assert!(
+            !a.request_step_down(name, "b", 2, other).await.unwrap(),
+            "an offer is not overwritten: {other:?}"
+        );
+    }
+    assert!(
+        !c.accept_handover(name, "c", 1).await.unwrap(),
+        "a stale term"
+    );
+    assert!(c.accept_handover(name, "c", 2).await.unwrap());
+    assert!(
+        !a.request_step_down(name, "b", 2, StepDownRequest::Resign)
+            .await
+            .unwrap(),
+        "a term asked to step down is not asked again"
+    );
     let row = a.get(name).await.unwrap().unwrap();
     assert_eq!(row.pending.handover_to.as_deref(), Some("c"));
     let window = row.pending.handover_for.unwrap();
@@ -425,15 +468,25 @@ pub(super) async fn a_handover_lets_only_its_target_claim_within_its_window(db: 
         "the target's claim ends the handover"
     );
 
-    // A handover to a node that never claims: anyone may, once the window is over.
+    // A handover (not an offer: `--force`) to a node that never claims: anyone may, once
+    // the window is over.
+    let forced = StepDownRequest::Handover { to: "gone" };
+    assert!(a.request_step_down(name, "c", 3, forced).await.unwrap());
     assert!(
-        a.request_step_down(name, "c", 3, Some("gone"))
+        c.renew_seeing(name, "c", short, 3, resign_seen)
             .await
-            .unwrap()
+            .unwrap(),
+        "asked at once"
     );
     assert!(c.release(name, "c", 3).await.unwrap());
     assert!(!a.claim(name, "a", any_token(), short, 3).await.unwrap());
     tokio::time::sleep(short * 2 + Duration::from_millis(50)).await;
+    let row = a.get(name).await.unwrap().unwrap();
+    assert_eq!(
+        (row.pending.handover_to, row.pending.handover_for),
+        (None, None),
+        "a handover whose window is over reads as none"
+    );
     assert!(a.claim(name, "a", any_token(), short, 3).await.unwrap());
 }
 
@@ -445,7 +498,10 @@ pub(super) async fn members_are_recorded_by_the_database_clock(db: impl Table) {
     let record = |node: &str, candidate: bool| MemberRecord {
         election: "members".to_owned(),
         node_id: node.to_owned(),
-        candidate,
+        standing: match candidate {
+            true => MemberStanding::Candidate,
+            false => MemberStanding::Observer,
+        },
         priority: 3,
         version: "1.0".to_owned(),
         host: "h".to_owned(),
@@ -467,6 +523,13 @@ pub(super) async fn members_are_recorded_by_the_database_clock(db: impl Table) {
     );
     let (a, b) = (&members[0], &members[1]);
     assert!(a.candidate && !b.candidate && a.priority == 3);
+    assert_eq!(
+        (a.standing, b.standing),
+        (
+            Some(MemberStanding::Candidate),
+            Some(MemberStanding::Observer)
+        )
+    );
     assert!(a.member_for >= Duration::from_millis(150), "{a:?}");
     assert!(a.seen_ago < Duration::from_millis(150), "{a:?}");
     assert!(b.seen_ago >= Duration::from_millis(150), "{b:?}");
@@ -475,6 +538,23 @@ pub(super) async fn members_are_recorded_by_the_database_clock(db: impl Table) {
     s.record_member(&record("a", true), true).await.unwrap();
     let members = s.members("members").await.unwrap();
     assert!(members[0].member_for < Duration::from_millis(150));
+    // A node that stops says so: gone at once.
+    let stopped = MemberRecord {
+        standing: MemberStanding::Unhealthy,
+        ..record("b", true)
+    };
+    s.record_member(&stopped, false).await.unwrap();
+    assert_eq!(
+        s.members("members").await.unwrap()[1].standing(),
+        MemberStanding::Unhealthy
+    );
+    let stopped = MemberRecord {
+        standing: MemberStanding::Stopped,
+        ..record("b", true)
+    };
+    s.record_member(&stopped, false).await.unwrap();
+    let members = s.members("members").await.unwrap();
+    assert!(members[1].gone() && !members[1].candidate && !members[0].gone());
     s.prune_members("members").await.unwrap();
     assert_eq!(s.members("members").await.unwrap().len(), 2, "seen lately");
     assert!(s.members("other").await.unwrap().is_empty());

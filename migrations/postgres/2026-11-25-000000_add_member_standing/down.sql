@@ -1,0 +1,1 @@
+ALTER TABLE leaderd_member DROP COLUMN IF EXISTS standing;
