@@ -19,7 +19,7 @@ use crate::store::{SqlStore, Timeouts};
 use crate::{http, kubernetes, members, signals, status_file, systemd};
 
 /// How long a stopping node waits for its member record to say `stopped`.
-const MEMBER_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const MEMBER_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Where the configuration came from, to read it again on SIGHUP.
 pub struct ConfigSource {

@@ -125,18 +125,12 @@ pub(crate) async fn run<S: ControlStore>(
         store.disconnect();
         // A change of standing is recorded at once (a failing check, a stop), not a
         // period later.
+        // A closed channel drops out of the wait (its branch is disabled), so that the
+        // other one is still heard.
         tokio::select! {
             biased;
-            changed = stopping.changed() => {
-                if changed.is_err() {
-                    tokio::time::sleep(next).await;
-                }
-            }
-            changed = standing.changed() => {
-                if changed.is_err() {
-                    tokio::time::sleep(next).await;
-                }
-            }
+            Ok(()) = stopping.changed() => {}
+            Ok(()) = standing.changed() => {}
             _ = tokio::time::sleep(next) => {}
         }
         if status.has_changed().is_err() && !*stopping.borrow() {

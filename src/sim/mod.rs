@@ -206,7 +206,9 @@ fn update_truth(world: &World, slots: &[Slot]) {
                     .processes
                     .iter()
                     .filter_map(|p| match (p.killed_at, p.stopped_at) {
-                        (_, Some(stopped)) => Some((stopped, true)),
+                        // Killed while it stopped: it may not have recorded its stop.
+                        (Some(killed), Some(stopped)) => Some((killed.min(stopped), false)),
+                        (None, Some(stopped)) => Some((stopped, true)),
                         (Some(killed), None) => Some((killed, false)),
                         (None, None) => None,
                     })

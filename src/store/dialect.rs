@@ -174,7 +174,8 @@ pub(super) const POSTGRES: Dialect = Dialect {
                           started = CASE WHEN ? = 1 THEN EXCLUDED.started
                                          ELSE leaderd_member.started END"#,
     hold_preemption: r#"UPDATE leaderd_member
-                        SET no_preempt_until = clock_timestamp() + ? * INTERVAL '1 millisecond'
+                        SET no_preempt_until = GREATEST(no_preempt_until,
+                            clock_timestamp() + ? * INTERVAL '1 millisecond')
                         WHERE election = ? AND node_id = ?"#,
     members: r#"SELECT node_id, candidate, priority, version, host,
                        (EXTRACT(EPOCH FROM (clock_timestamp() - started)) * 1000)::BIGINT AS member_ms,
@@ -284,7 +285,8 @@ pub(super) const MYSQL: Dialect = Dialect {
                         version = VALUES(version), host = VALUES(host),
                         standing = VALUES(standing), last_seen = VALUES(last_seen)",
     hold_preemption: "UPDATE leaderd_member
-                      SET no_preempt_until = NOW(6) + INTERVAL (? * 1000) MICROSECOND
+                      SET no_preempt_until = GREATEST(COALESCE(no_preempt_until, NOW(6)),
+                          NOW(6) + INTERVAL (? * 1000) MICROSECOND)
                       WHERE election = ? AND node_id = ?",
     members: "SELECT node_id, candidate, priority, version, host,
                      CAST(TIMESTAMPDIFF(MICROSECOND, started, NOW(6)) DIV 1000 AS SIGNED) AS member_ms,
@@ -399,8 +401,8 @@ pub(super) const SQLITE: Dialect = Dialect {
                           started = CASE WHEN ? = 1 THEN excluded.started
                                          ELSE leaderd_member.started END"#,
     hold_preemption: r#"UPDATE leaderd_member
-                        SET no_preempt_until = strftime('%Y-%m-%d %H:%M:%f',
-                                                        julianday('now') + ? / 86400000.0)
+                        SET no_preempt_until = max(COALESCE(no_preempt_until, ''),
+                            strftime('%Y-%m-%d %H:%M:%f', julianday('now') + ? / 86400000.0))
                         WHERE election = ? AND node_id = ?"#,
     members: r#"SELECT node_id, candidate, priority, version, host,
                        CAST(ROUND((julianday('now') - julianday(started)) * 86400000.0) AS INTEGER) AS member_ms,
