@@ -191,7 +191,9 @@ async fn drive(seed: u64, scenario: Scenario) -> RunReport {
 /// Tells the world what each node is now (see [`world::NodeTruth`]).
 fn update_truth(world: &World, slots: &[Slot]) {
     let now = Instant::now();
-    let truths: Vec<(bool, Option<(Instant, bool)>, bool, i64)> = slots
+    // Per node: could lead, gone (since, cleanly), failing its check, priority.
+    type Truth = (bool, Option<(Instant, bool)>, bool, i64);
+    let truths: Vec<Truth> = slots
         .iter()
         .map(|slot| {
             let eligible = slot.processes.iter().any(|p| p.could_lead(world));
