@@ -140,7 +140,7 @@ pub(super) struct SimStore {
     /// The restart epoch of the open connection; `None`: not connected.
     connected: Option<u64>,
     dice: Arc<Mutex<Dice>>,
-    /// The client's bound on a statement (`database.query_timeout`: the ttl).
+    /// The client's bound on a statement (`database.query_timeout`).
     query_timeout: Duration,
 }
 
@@ -157,7 +157,7 @@ impl SimStore {
             who: who.to_owned(),
             connected: None,
             dice,
-            query_timeout: world.scenario.ttl,
+            query_timeout: world.scenario.query_timeout,
         }
     }
 
@@ -212,7 +212,7 @@ impl SimStore {
                     world.trace(&who, format!("{what}: cut by a restart"));
                     return Err(StoreError::QueryTimeout { after: fate.there });
                 }
-                let clock = if at_arrival { arrived } else { Instant::now() };
+                let clock = world.db_clock(if at_arrival { arrived } else { Instant::now() });
                 let value = apply(&mut state.db, clock);
                 drop(state);
                 world.trace(&who, format!("{what} -> {value:?}"));

@@ -109,6 +109,7 @@ impl Process {
             stop_began: None,
             sent: VecDeque::new(),
             last_term: None,
+            file: None,
         });
         world.trace(&label, format!("starts (priority {priority})"));
 
@@ -150,6 +151,8 @@ impl Process {
             spec.step_down,
         )));
         spawn(Box::pin(status_file_model(
+            Arc::clone(world),
+            index,
             file_status_seen,
             durable_sender,
             Arc::clone(&file),
@@ -428,12 +431,15 @@ async fn hook_model(
 /// The status file's promise: it reports each version durable once written; writes take
 /// their time, and a failing one is retried every `FILE_RETRY`.
 async fn status_file_model(
+    world: Arc<World>,
+    index: usize,
     mut status: watch::Receiver<Status>,
     durable: watch::Sender<u64>,
     faults: Arc<Mutex<FileFaults>>,
 ) {
     loop {
-        let version = status.borrow_and_update().version;
+        let written = status.borrow_and_update().clone();
+        let version = written.version;
         loop {
             let FileFaults { delay, fail } = *faults.lock().unwrap();
             sleep(Duration::from_micros(500) + delay).await;
@@ -442,6 +448,8 @@ async fn status_file_model(
             }
             sleep(FILE_RETRY).await;
         }
+        world.state.lock().unwrap().processes[index].file = Some(written);
+        world.check();
         durable.send_replace(version);
         if status.changed().await.is_err() && !status.has_changed().unwrap_or(false) {
             return;

@@ -171,6 +171,8 @@ mod regressions {
             interval: Duration::from_secs(1),
             notifies,
             clock_at_arrival: true,
+            db_clock_ppm: 0,
+            query_timeout: Duration::from_millis(1200),
             nodes,
             events,
             length: RUN / 2,

@@ -43,6 +43,8 @@ pub(super) struct ProcessView {
     pub(super) sent: VecDeque<Instant>,
     /// The last term it acted as leader in.
     pub(super) last_term: Option<i64>,
+    /// What its status file says, as far as it is durable (it outlives the process).
+    pub(super) file: Option<Status>,
 }
 
 /// What the driver knows of a node at an instant: the ground truth the operator-facing
@@ -124,6 +126,17 @@ impl World {
         }
     }
 
+    /// The database's clock at `now`: it runs `db_clock_ppm` faster than the nodes'.
+    pub(super) fn db_clock(&self, now: Instant) -> Instant {
+        let since = now.saturating_duration_since(self.start);
+        self.start + since + since.mul_f64(self.scenario.db_clock_ppm as f64 * 1e-6)
+    }
+
+    /// A span of the database's clock, in the nodes' time.
+    fn in_node_time(&self, span: Duration) -> Duration {
+        span.div_f64(1.0 + self.scenario.db_clock_ppm as f64 * 1e-6)
+    }
+
     pub(super) fn elapsed(&self) -> Duration {
         Instant::now() - self.start
     }
@@ -181,23 +194,35 @@ impl World {
         if state.violation.is_some() {
             return;
         }
-        let row = state.db.table.lease_row(ELECTION, now);
-        let acting: Vec<(usize, Status)> = state
+        let row = state.db.table.lease_row(ELECTION, self.db_clock(now));
+        // A node acts as leader while it says so, and also while its status file still
+        // says so: whoever reads the file (hooks, an operator) takes it at its word.
+        let leads = |status: &Status| {
+            status.role == Role::Leader && status.lease_deadline.is_some_and(|d| now < d)
+        };
+        // (process, status, whether it says so now rather than only in its file)
+        let acting: Vec<(usize, Status, bool)> = state
             .processes
             .iter()
             .enumerate()
-            .filter(|(_, p)| p.alive)
             .filter_map(|(i, p)| {
                 let status = p.status.borrow();
-                let acts = status.role == Role::Leader
-                    && status.lease_deadline.is_some_and(|deadline| now < deadline);
-                acts.then(|| (i, status.clone()))
+                if p.alive && leads(&status) {
+                    return Some((i, status.clone(), true));
+                }
+                p.file
+                    .as_ref()
+                    .filter(|f| leads(f))
+                    .map(|f| (i, f.clone(), false))
             })
             .collect();
         if acting.len() > 1 {
             let who: Vec<String> = acting
                 .iter()
-                .map(|(i, s)| format!("{} (term {:?})", state.processes[*i].label, s.term))
+                .map(|(i, s, says)| {
+                    let how = if *says { "" } else { ", by its status file" };
+                    format!("{} (term {:?}{how})", state.processes[*i].label, s.term)
+                })
                 .collect();
             return fail(
                 &mut state,
@@ -206,6 +231,11 @@ impl World {
                 who.join(" and "),
             );
         }
+        // The rest judges what the process does now; a file lags its process by design.
+        let acting = acting
+            .into_iter()
+            .filter(|(_, _, says)| *says)
+            .map(|(i, status, _)| (i, status));
         let Some((index, status)) = acting.into_iter().next() else {
             state.leaderless_since.get_or_insert(now);
             state.leading = None;
@@ -222,7 +252,7 @@ impl World {
         let held = row.as_ref().is_some_and(|r| {
             r.holder.as_deref() == Some(node_id.as_str())
                 && Some(r.term) == status.term
-                && deadline <= now + r.remaining()
+                && deadline <= now + self.in_node_time(r.remaining())
         });
         if !held {
             return fail(
@@ -271,7 +301,7 @@ impl World {
         if state
             .db
             .table
-            .lease_row(ELECTION, now)
+            .lease_row(ELECTION, self.db_clock(now))
             .is_some_and(|row| row.paused())
         {
             state.leaderless_since = None;
@@ -455,11 +485,11 @@ impl World {
         if state.violation.is_some() {
             return;
         }
-        let members = state.db.table.members(now, ELECTION);
+        let members = state.db.table.members(self.db_clock(now), ELECTION);
         let leader = state
             .db
             .table
-            .lease_row(ELECTION, now)
+            .lease_row(ELECTION, self.db_clock(now))
             .and_then(|r| r.live_holder().map(str::to_owned));
         let reports = crate::operator::member_reports(&members, leader.as_deref());
         let settled = self.scenario.interval + LIVENESS_SLACK;

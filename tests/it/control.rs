@@ -13,6 +13,8 @@ use nix::sys::signal::Signal;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+mod stop;
+
 fn start_nodes(db: &TestDb, settings: &NodeSettings, ids: &[&str]) -> Vec<Node> {
     ids.iter()
         .map(|id| Node::start(db, settings, id, &db.url))
