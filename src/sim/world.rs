@@ -194,6 +194,9 @@ impl World {
         if state.violation.is_some() {
             return;
         }
+        if let Some((property, detail)) = state.db.breaches.pop() {
+            return fail(&mut state, at, property, detail);
+        }
         let row = state.db.table.lease_row(ELECTION, self.db_clock(now));
         // A node acts as leader while it says so, and also while its status file still
         // says so: whoever reads the file (hooks, an operator) takes it at its word.
