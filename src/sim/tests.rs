@@ -3,7 +3,7 @@
 use super::*;
 
 /// Seeds CI runs (`LEADERD_SIM_SEEDS` overrides; `LEADERD_SIM_FIRST` moves the start).
-const CI_SEEDS: u64 = 200;
+const CI_SEEDS: u64 = 10_000;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
