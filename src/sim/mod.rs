@@ -169,6 +169,7 @@ async fn drive(seed: u64, scenario: Scenario) -> RunReport {
             .iter()
             .any(|slot| slot.processes.iter().any(|p| p.could_lead(&world)));
         world.check_liveness(someone_could_lead);
+        world.check_preemption_lag();
         world.check_member_report();
     }
     for slot in &mut slots {

@@ -382,7 +382,11 @@ async fn hook_model(
             biased;
             event = events.recv() => match event {
                 None => return,
-                Some(RoleEvent::Elected { term }) => leading = Some(term),
+                Some(RoleEvent::Elected { term }) => {
+                    leading = Some(term);
+                    // As the supervisor: a resign of an earlier term is moot now.
+                    resigning = None;
+                }
                 Some(RoleEvent::Demoted { term }) => {
                     if leading == Some(term) {
                         leading = None;

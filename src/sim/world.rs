@@ -69,6 +69,8 @@ pub(super) struct State {
     pub(super) truth: Vec<NodeTruth>,
     /// The nodes an operator moved leadership away from, and when.
     pub(super) moved_away: BTreeMap<String, Instant>,
+    /// The nodes preemption moved leadership away from, and when.
+    pub(super) preempted: BTreeMap<usize, Instant>,
     /// The node that acts as leader, and since when.
     pub(super) leading: Option<(usize, Instant)>,
     pub(super) trace: Trace,
@@ -115,6 +117,7 @@ impl World {
                 db: Db::new(),
                 truth: vec![NodeTruth::default(); nodes],
                 moved_away: BTreeMap::new(),
+                preempted: BTreeMap::new(),
                 leading: None,
                 trace: Trace::default(),
                 processes: Vec::new(),
@@ -330,6 +333,75 @@ impl World {
     }
 }
 
+impl World {
+    /// Property 13: once the faults are over, a candidate that outranks the leader takes
+    /// the lead within `preempt_after` of becoming able to lead, plus the leader's
+    /// step-down and a handover (unless a hold keeps it off: an operator moved the lead
+    /// away from it, or it lost the lead by preemption itself).
+    pub(super) fn check_preemption_lag(&self) {
+        let now = Instant::now();
+        let mut state = self.state.lock().unwrap();
+        let Some((leader, _)) = state.leading else {
+            return;
+        };
+        let handover = self.scenario.ttl * 2 + self.scenario.interval * 2 + LIVENESS_SLACK;
+        let step_down = self.scenario.nodes[leader].step_down;
+        let leader_priority = state.truth[leader].priority;
+        for (node, truth) in state.truth.iter().enumerate() {
+            let preempt_after = self.scenario.nodes[node].preempt_after;
+            let Some(eligible) = truth.eligible_since else {
+                continue;
+            };
+            let held = |since: Option<&Instant>, hold: Duration| {
+                since.is_some_and(|at| now < *at + hold + handover)
+            };
+            let id = &self.scenario.nodes[node].id;
+            if truth.priority <= leader_priority
+                || preempt_after.is_zero()
+                || held(state.moved_away.get(id), MANUAL_HOLD)
+                || held(state.preempted.get(&node), preempt_after * 2)
+            {
+                continue;
+            }
+            // A better-ranked candidate (which may not preempt) is left to it for a while.
+            let rank = |n: usize| {
+                (
+                    state.truth[n].priority,
+                    std::cmp::Reverse(&self.scenario.nodes[n].id),
+                )
+            };
+            let outranked = (0..state.truth.len()).any(|other| {
+                other != node
+                    && other != leader
+                    && state.truth[other].eligible_since.is_some()
+                    && rank(other) > rank(node)
+            });
+            let deferred = match outranked {
+                true => crate::members::DEFER_TO_BETTER + crate::store::MEMBER_PERIOD,
+                false => Duration::ZERO,
+            };
+            let due =
+                eligible.max(self.quiet_from) + preempt_after + deferred + step_down + handover;
+            if now > due {
+                let at = now - self.start;
+                let detail = format!(
+                    "{} (priority {}) could lead since {:?}; {} (priority {leader_priority}) still leads",
+                    id,
+                    truth.priority,
+                    eligible - self.start,
+                    self.scenario.nodes[leader].id
+                );
+                return fail(
+                    &mut state,
+                    at,
+                    "13: a candidate that outranks the leader takes over within preempt_after",
+                    detail,
+                );
+            }
+        }
+    }
+}
+
 /// The slack of the liveness bound, on top of ttl + interval: a follower's poll lands up
 /// to a spread after the lapse, and a claim needs its round trips.
 pub(super) const LIVENESS_SLACK: Duration = Duration::from_secs(1);
@@ -447,10 +519,13 @@ impl World {
         }
     }
 
-    /// A leader's members task asks to hand over to `to` (preemption).
+    /// A candidate's members task asks the leader to hand over to `to` (preemption).
     pub(super) fn check_preemption(&self, to: &str) {
         let now = Instant::now();
         let mut state = self.state.lock().unwrap();
+        if let Some((leader, _)) = state.leading {
+            state.preempted.insert(leader, now);
+        }
         if let Some(moved) = state.moved_away.get(to).copied() {
             if now < moved + MANUAL_HOLD {
                 let at = now - self.start;
