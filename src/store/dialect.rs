@@ -23,6 +23,13 @@ pub(super) struct Dialect {
     pub(super) ensure_row: &'static str,
     /// (holder, term_token, lease_ms, name, expected_term, holder): take a released or
     /// lapsed lease, unless paused or handed over to another node; clears the handover.
+    /// Its commit, and a reacquire's, must outlive a crash of the server: a term lost
+    /// after it was acknowledged can be handed out again. On PostgreSQL both set
+    /// `synchronous_commit` on for their own transaction, whatever the server, database
+    /// or role says, so that they wait for the WAL flush and, under synchronous
+    /// replication, for the synchronous standby. On SQLite they are synced
+    /// (`DbConnection::write_synced`); MySQL's settings are the server's, and a node warns
+    /// once when they let a commit be lost (`innodb_flush_log_at_trx_commit`, `sync_binlog`).
     pub(super) claim: &'static str,
     /// (term_token, lease_ms, name, holder, term, holder): start a new term on a row this
     /// process still holds, unless asked to resign it, handed over to another node, or
@@ -95,22 +102,39 @@ pub(super) const POSTGRES: Dialect = Dialect {
     ensure_row: r#"INSERT INTO service_leader_lock (name, container_id, "timestamp", term, lease_ms)
                    VALUES (?, NULL, clock_timestamp(), 0, 0)
                    ON CONFLICT (name) DO NOTHING"#,
-    claim: r#"UPDATE service_leader_lock
-              SET term = term + 1, container_id = ?, term_token = ?, "timestamp" = clock_timestamp(),
-                  lease_ms = ?, handover_to = NULL, handover_until = NULL, resign_term = NULL
-              WHERE name = ? AND term = ?
-                AND (container_id IS NULL
-                     OR "timestamp" + lease_ms * INTERVAL '1 millisecond' <= clock_timestamp())
-                AND (paused_until IS NULL OR paused_until <= clock_timestamp())
-                AND (handover_to IS NULL OR handover_until <= clock_timestamp() OR handover_to = ?)"#,
-    reacquire: r#"UPDATE service_leader_lock
-                  SET term = term + 1, term_token = ?, "timestamp" = clock_timestamp(), lease_ms = ?,
-                      handover_to = NULL, handover_until = NULL, resign_term = NULL
-                  WHERE name = ? AND container_id = ? AND term = ?
-                    AND (resign_term IS NULL OR resign_term <> term)
+    // Waits for the disk (and a synchronous standby) whatever the server, database or role
+    // says: `synchronous_commit` on for its own transaction, or left at `remote_apply`,
+    // which waits for more (see `Dialect::claim`).
+    claim: r#"WITH claimed AS (
+                  UPDATE service_leader_lock
+                  SET term = term + 1, container_id = ?, term_token = ?, "timestamp" = clock_timestamp(),
+                      lease_ms = ?, handover_to = NULL, handover_until = NULL, resign_term = NULL
+                  WHERE name = ? AND term = ?
+                    AND (container_id IS NULL
+                         OR "timestamp" + lease_ms * INTERVAL '1 millisecond' <= clock_timestamp())
+                    AND (paused_until IS NULL OR paused_until <= clock_timestamp())
                     AND (handover_to IS NULL OR handover_until <= clock_timestamp() OR handover_to = ?)
-                    AND (paused_until IS NULL OR paused_until <= clock_timestamp()
-                         OR "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp())"#,
+                  RETURNING name)
+              SELECT set_config('synchronous_commit',
+                                CASE current_setting('synchronous_commit')
+                                WHEN 'remote_apply' THEN 'remote_apply' ELSE 'on' END,
+                                true)
+              FROM claimed"#,
+    reacquire: r#"WITH reacquired AS (
+                      UPDATE service_leader_lock
+                      SET term = term + 1, term_token = ?, "timestamp" = clock_timestamp(), lease_ms = ?,
+                          handover_to = NULL, handover_until = NULL, resign_term = NULL
+                      WHERE name = ? AND container_id = ? AND term = ?
+                        AND (resign_term IS NULL OR resign_term <> term)
+                        AND (handover_to IS NULL OR handover_until <= clock_timestamp() OR handover_to = ?)
+                        AND (paused_until IS NULL OR paused_until <= clock_timestamp()
+                             OR "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp())
+                      RETURNING name)
+                  SELECT set_config('synchronous_commit',
+                                    CASE current_setting('synchronous_commit')
+                                    WHEN 'remote_apply' THEN 'remote_apply' ELSE 'on' END,
+                                    true)
+                  FROM reacquired"#,
     renew: r#"UPDATE service_leader_lock
               SET "timestamp" = clock_timestamp(), lease_ms = ?
               WHERE name = ? AND container_id = ? AND term = ?

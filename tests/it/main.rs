@@ -8,6 +8,7 @@ mod support;
 mod cli;
 mod cluster;
 mod control;
+mod durability;
 mod faults;
 mod hooks;
 mod lock;
