@@ -451,6 +451,17 @@ pub(super) const MYSQL_WAKE_TAKE: &str =
 pub(super) const MYSQL_WAKE_GIVE_BACK: &str =
     "DO RELEASE_LOCK(CONCAT('leaderd_wake_', LEFT(SHA2(CONCAT(DATABASE(), '/', ?), 256), 40)))";
 
+/// () -> wsrep_on: 1 on a Galera member, whose `GET_LOCK` holds on that member only (an
+/// error on MySQL, which has no such variable).
+pub(super) const MYSQL_WSREP_ON: &str = "SELECT CAST(@@GLOBAL.wsrep_on AS SIGNED) AS wsrep_on";
+
+/// () -> flush_log, sync_binlog, log_bin: the server settings a commit's durability
+/// depends on (see `sql.rs`'s `check_mysql_durability`).
+pub(super) const MYSQL_DURABILITY: &str =
+    "SELECT CAST(@@GLOBAL.innodb_flush_log_at_trx_commit AS SIGNED) AS flush_log,
+            CAST(@@GLOBAL.sync_binlog AS SIGNED) AS sync_binlog,
+            CAST(@@GLOBAL.log_bin AS SIGNED) AS log_bin";
+
 /// A value bound to a statement.
 pub(super) enum Param<'a> {
     Text(&'a str),

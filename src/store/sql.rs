@@ -18,7 +18,8 @@ use std::time::{Duration, SystemTime};
 use tracing::{debug, warn};
 
 use super::dialect::{
-    Dialect, MYSQL, POSTGRES, Param, SQLITE, SQLITE_SYNCED, SQLITE_UNSYNCED, Statement,
+    Dialect, MYSQL, MYSQL_DURABILITY, POSTGRES, Param, SQLITE, SQLITE_SYNCED, SQLITE_UNSYNCED,
+    Statement,
 };
 use super::pooler;
 use super::{Backend, DatabaseUrl};
@@ -317,13 +318,8 @@ async fn check_mysql_durability(conn: &mut AsyncMysqlConnection) {
     if MYSQL_DURABILITY_READ.swap(true, Ordering::Relaxed) {
         return;
     }
-    let read: Result<Vec<MysqlDurability>, _> = diesel::sql_query(
-        "SELECT CAST(@@GLOBAL.innodb_flush_log_at_trx_commit AS SIGNED) AS flush_log, \
-                CAST(@@GLOBAL.sync_binlog AS SIGNED) AS sync_binlog, \
-                CAST(@@GLOBAL.log_bin AS SIGNED) AS log_bin",
-    )
-    .load(conn)
-    .await;
+    let read: Result<Vec<MysqlDurability>, _> =
+        diesel::sql_query(MYSQL_DURABILITY).load(conn).await;
     let Ok(Some(settings)) = read.map(|rows| rows.into_iter().next()) else {
         debug!("could not read innodb_flush_log_at_trx_commit and sync_binlog");
         return;
