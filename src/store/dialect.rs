@@ -224,6 +224,16 @@ pub(super) const POSTGRES: Dialect = Dialect {
 // so none of them commits after a later write of the term it starts.
 // The connection reports rows matched, not rows changed (CLIENT_FOUND_ROWS), which is what
 // every check here wants.
+// TIME ZONES: the lease times are DATETIME(6), which store no zone, written and compared
+// with NOW(6), which is the session's time zone. Every connection that writes or compares
+// them (renewal, read, claim, release, operator commands, status) must run in one zone,
+// whatever the server's default (`default-time-zone`, or SYSTEM with the host's zone and
+// its daylight-saving jumps): a connection in another zone would see a live lease as
+// lapsed, or a lapsed one as live, by the difference. Diesel's MySQL connection sets
+// `time_zone = '+00:00'` when it connects, and `DbConnection::connect` sets it again, so
+// leaderd does not depend on the driver for it. `timezone::` in the tests runs nodes on a
+// server whose zone is +01:00. (PostgreSQL's TIMESTAMPTZ and SQLite's UTC text have no
+// such dependence.)
 pub(super) const MYSQL: Dialect = Dialect {
     get: "SELECT container_id, term, lease_ms,
                  CAST(TIMESTAMPDIFF(MICROSECOND, `timestamp`, NOW(6)) DIV 1000 AS SIGNED) AS age_ms,

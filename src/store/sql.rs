@@ -413,8 +413,10 @@ impl DbConnection {
                     conn.batch_execute(&format!("SET SESSION max_execution_time = {limit}"))
                         .await?;
                 }
+                // Lease times are DATETIME(6) compared with NOW(6): every connection runs
+                // in UTC whatever the server's zone (see dialect.rs, "TIME ZONES").
                 conn.batch_execute(&format!(
-                    "SET SESSION innodb_lock_wait_timeout = {}",
+                    "SET SESSION innodb_lock_wait_timeout = {}, time_zone = '+00:00'",
                     (limit + 999) / 1000
                 ))
                 .await?;

@@ -18,5 +18,6 @@ mod pooler;
 mod primary;
 mod steer;
 mod store;
+mod timezone;
 mod upgrade;
 mod wakeup;
