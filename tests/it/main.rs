@@ -11,6 +11,7 @@ mod control;
 mod durability;
 mod faults;
 mod hooks;
+mod in_doubt;
 mod lock;
 mod migrations;
 mod ops;
