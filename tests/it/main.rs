@@ -10,6 +10,7 @@ mod cluster;
 mod control;
 mod durability;
 mod faults;
+mod galera;
 mod hooks;
 mod in_doubt;
 mod lock;
