@@ -16,6 +16,7 @@ mod in_doubt;
 mod lock;
 mod migrations;
 mod ops;
+mod patroni;
 mod pooler;
 mod primary;
 mod steer;
