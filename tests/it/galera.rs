@@ -79,7 +79,7 @@ async fn three_nodes_on_three_galera_members() {
     // First starts: three nodes at once, one per member, on a database nothing has
     // migrated. Each must elect; none may stay stuck on a half-applied migration.
     let mut first_starts = Vec::new();
-    for round in 0..3 {
+    for round in 0..5 {
         let name = format!("first{round}");
         members[0].sql(&format!("CREATE DATABASE {name}"));
         let settings = NodeSettings {
