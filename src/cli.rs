@@ -85,7 +85,8 @@ enum Command {
     /// not take the lead back by preemption for --hold. Prints the new leader and exits 0;
     /// exits 4 if there was no leader, 5 if nobody else took over within --wait, 6 if the
     /// election is paused, 7 if no other live, healthy candidate could take over (unless
-    /// --force), 69 if the database cannot be used.
+    /// --force), 8 if the answer to the request was lost (it may have been written: see
+    /// --term), 69 if the database cannot be used.
     Resign {
         #[command(flatten)]
         step_down: StepDownFlags,
@@ -98,7 +99,7 @@ enum Command {
     /// Prints NODE and exits 0 once it leads (or if it leads already); exits 2 if NODE is
     /// unknown, stopped, an observer, unhealthy, or did not accept the offer, 4 if there
     /// was no leader, 5 if NODE did not take over within --wait, 6 if the election is
-    /// paused, 69 if the database cannot be used.
+    /// paused, 8 if the answer to the request was lost, 69 if the database cannot be used.
     Handover {
         /// The node to hand over to (a member: see `leaderd status`).
         #[arg(long, value_name = "NODE")]
@@ -294,10 +295,12 @@ pub fn main() -> ExitCode {
             Command::Status { json, .. } => done(status(config, json).await),
             Command::Migrate => done(migrate(config).await),
             Command::Resign { step_down } => {
-                Ok(operator::step_down(&config, step_down.command(None)).await?)
+                let term = step_down.term;
+                Ok(operator::step_down(&config, step_down.command(None), term).await?)
             }
             Command::Handover { to, step_down } => {
-                Ok(operator::step_down(&config, step_down.command(Some(to))).await?)
+                let term = step_down.term;
+                Ok(operator::step_down(&config, step_down.command(Some(to)), term).await?)
             }
             Command::Pause { duration } => Ok(operator::pause(&config, duration).await?),
             Command::Resume => Ok(operator::resume(&config).await?),
@@ -326,7 +329,13 @@ pub fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             eprintln!("leaderd: {error:#}");
-            if error.chain().any(|e| e.is::<StoreError>()) {
+            let operator_status = error
+                .chain()
+                .find_map(|e| e.downcast_ref::<operator::OperatorError>())
+                .and_then(operator::OperatorError::exit_status);
+            if let Some(status) = operator_status {
+                ExitCode::from(status)
+            } else if error.chain().any(|e| e.is::<StoreError>()) {
                 ExitCode::from(EXIT_UNAVAILABLE)
             } else if error
                 .chain()
@@ -354,6 +363,10 @@ struct StepDownFlags {
     /// (resign), or without the named node's answer (handover).
     #[arg(long)]
     force: bool,
+    /// Only if N is the live term (exit 4 otherwise): repeats a command whose answer was
+    /// lost (exit 8) without asking the next leader too.
+    #[arg(long, value_name = "N")]
+    term: Option<i64>,
 }
 
 impl StepDownFlags {

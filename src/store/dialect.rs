@@ -23,6 +23,13 @@ pub(super) struct Dialect {
     pub(super) ensure_row: &'static str,
     /// (holder, term_token, lease_ms, name, expected_term, holder): take a released or
     /// lapsed lease, unless paused or handed over to another node; clears the handover.
+    /// Its commit, and a reacquire's, must outlive a crash of the server: a term lost
+    /// after it was acknowledged can be handed out again. On PostgreSQL both set
+    /// `synchronous_commit` on for their own transaction, whatever the server, database
+    /// or role says, so that they wait for the WAL flush and, under synchronous
+    /// replication, for the synchronous standby. On SQLite they are synced
+    /// (`DbConnection::write_synced`); MySQL's settings are the server's, and a node warns
+    /// once when they let a commit be lost (`innodb_flush_log_at_trx_commit`, `sync_binlog`).
     pub(super) claim: &'static str,
     /// (term_token, lease_ms, name, holder, term, holder): start a new term on a row this
     /// process still holds, unless asked to resign it, handed over to another node, or
@@ -95,22 +102,39 @@ pub(super) const POSTGRES: Dialect = Dialect {
     ensure_row: r#"INSERT INTO service_leader_lock (name, container_id, "timestamp", term, lease_ms)
                    VALUES (?, NULL, clock_timestamp(), 0, 0)
                    ON CONFLICT (name) DO NOTHING"#,
-    claim: r#"UPDATE service_leader_lock
-              SET term = term + 1, container_id = ?, term_token = ?, "timestamp" = clock_timestamp(),
-                  lease_ms = ?, handover_to = NULL, handover_until = NULL, resign_term = NULL
-              WHERE name = ? AND term = ?
-                AND (container_id IS NULL
-                     OR "timestamp" + lease_ms * INTERVAL '1 millisecond' <= clock_timestamp())
-                AND (paused_until IS NULL OR paused_until <= clock_timestamp())
-                AND (handover_to IS NULL OR handover_until <= clock_timestamp() OR handover_to = ?)"#,
-    reacquire: r#"UPDATE service_leader_lock
-                  SET term = term + 1, term_token = ?, "timestamp" = clock_timestamp(), lease_ms = ?,
-                      handover_to = NULL, handover_until = NULL, resign_term = NULL
-                  WHERE name = ? AND container_id = ? AND term = ?
-                    AND (resign_term IS NULL OR resign_term <> term)
+    // Waits for the disk (and a synchronous standby) whatever the server, database or role
+    // says: `synchronous_commit` on for its own transaction, or left at `remote_apply`,
+    // which waits for more (see `Dialect::claim`).
+    claim: r#"WITH claimed AS (
+                  UPDATE service_leader_lock
+                  SET term = term + 1, container_id = ?, term_token = ?, "timestamp" = clock_timestamp(),
+                      lease_ms = ?, handover_to = NULL, handover_until = NULL, resign_term = NULL
+                  WHERE name = ? AND term = ?
+                    AND (container_id IS NULL
+                         OR "timestamp" + lease_ms * INTERVAL '1 millisecond' <= clock_timestamp())
+                    AND (paused_until IS NULL OR paused_until <= clock_timestamp())
                     AND (handover_to IS NULL OR handover_until <= clock_timestamp() OR handover_to = ?)
-                    AND (paused_until IS NULL OR paused_until <= clock_timestamp()
-                         OR "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp())"#,
+                  RETURNING name)
+              SELECT set_config('synchronous_commit',
+                                CASE current_setting('synchronous_commit')
+                                WHEN 'remote_apply' THEN 'remote_apply' ELSE 'on' END,
+                                true)
+              FROM claimed"#,
+    reacquire: r#"WITH reacquired AS (
+                      UPDATE service_leader_lock
+                      SET term = term + 1, term_token = ?, "timestamp" = clock_timestamp(), lease_ms = ?,
+                          handover_to = NULL, handover_until = NULL, resign_term = NULL
+                      WHERE name = ? AND container_id = ? AND term = ?
+                        AND (resign_term IS NULL OR resign_term <> term)
+                        AND (handover_to IS NULL OR handover_until <= clock_timestamp() OR handover_to = ?)
+                        AND (paused_until IS NULL OR paused_until <= clock_timestamp()
+                             OR "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp())
+                      RETURNING name)
+                  SELECT set_config('synchronous_commit',
+                                    CASE current_setting('synchronous_commit')
+                                    WHEN 'remote_apply' THEN 'remote_apply' ELSE 'on' END,
+                                    true)
+                  FROM reacquired"#,
     renew: r#"UPDATE service_leader_lock
               SET "timestamp" = clock_timestamp(), lease_ms = ?
               WHERE name = ? AND container_id = ? AND term = ?
@@ -200,6 +224,16 @@ pub(super) const POSTGRES: Dialect = Dialect {
 // so none of them commits after a later write of the term it starts.
 // The connection reports rows matched, not rows changed (CLIENT_FOUND_ROWS), which is what
 // every check here wants.
+// TIME ZONES: the lease times are DATETIME(6), which store no zone, written and compared
+// with NOW(6), which is the session's time zone. Every connection that writes or compares
+// them (renewal, read, claim, release, operator commands, status) must run in one zone,
+// whatever the server's default (`default-time-zone`, or SYSTEM with the host's zone and
+// its daylight-saving jumps): a connection in another zone would see a live lease as
+// lapsed, or a lapsed one as live, by the difference. Diesel's MySQL connection sets
+// `time_zone = '+00:00'` when it connects, and `DbConnection::connect` sets it again, so
+// leaderd does not depend on the driver for it. `timezone::` in the tests runs nodes on a
+// server whose zone is +01:00. (PostgreSQL's TIMESTAMPTZ and SQLite's UTC text have no
+// such dependence.)
 pub(super) const MYSQL: Dialect = Dialect {
     get: "SELECT container_id, term, lease_ms,
                  CAST(TIMESTAMPDIFF(MICROSECOND, `timestamp`, NOW(6)) DIV 1000 AS SIGNED) AS age_ms,
@@ -426,6 +460,17 @@ pub(super) const MYSQL_WAKE_TAKE: &str =
 /// (name): lets go of the wake-up lock.
 pub(super) const MYSQL_WAKE_GIVE_BACK: &str =
     "DO RELEASE_LOCK(CONCAT('leaderd_wake_', LEFT(SHA2(CONCAT(DATABASE(), '/', ?), 256), 40)))";
+
+/// () -> wsrep_on: 1 on a Galera member, whose `GET_LOCK` holds on that member only (an
+/// error on MySQL, which has no such variable).
+pub(super) const MYSQL_WSREP_ON: &str = "SELECT CAST(@@GLOBAL.wsrep_on AS SIGNED) AS wsrep_on";
+
+/// () -> flush_log, sync_binlog, log_bin: the server settings a commit's durability
+/// depends on (see `sql.rs`'s `check_mysql_durability`).
+pub(super) const MYSQL_DURABILITY: &str =
+    "SELECT CAST(@@GLOBAL.innodb_flush_log_at_trx_commit AS SIGNED) AS flush_log,
+            CAST(@@GLOBAL.sync_binlog AS SIGNED) AS sync_binlog,
+            CAST(@@GLOBAL.log_bin AS SIGNED) AS log_bin";
 
 /// A value bound to a statement.
 pub(super) enum Param<'a> {
