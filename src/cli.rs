@@ -136,7 +136,8 @@ enum Command {
         /// Log at the configured level (default: warnings and errors only).
         #[arg(long, short)]
         verbose: bool,
-        /// The lock's name: a row of the election table, like an election's.
+        /// The lock's name; its row in the election table is `lock:NAME` (see
+        /// --election-row).
         name: String,
         /// The command and its arguments.
         #[arg(last = true, required = true, value_name = "COMMAND")]
@@ -495,7 +496,8 @@ async fn lock(
     // Unique per invocation: two `leaderd lock` on one host are two holders. A long node
     // id gives way to the pid.
     let holder = id_with_suffix(&config.node_id, &format!(":{}", std::process::id()));
-    let options = match LockOptions::new(name, ttl).and_then(|o| o.holder(&holder)) {
+    let row = cron.row(name);
+    let options = match LockOptions::new(&row, ttl).and_then(|o| o.holder(&holder)) {
         Ok(options) => options,
         Err(error) => {
             eprintln!("leaderd: {error}");
@@ -513,7 +515,7 @@ async fn lock(
     let acquired = options
         .acquire_unless(store(&config, config.migrate), cron.wait(), interrupt)
         .await;
-    let guard = match acquired {
+    let guard = match acquired.map_err(|error| cron_lock::named(error, name)) {
         Ok(guard) => guard,
         Err(LockError::Cancelled { .. }) => {
             let signal = interrupted.expect("cancelled by a signal");

@@ -67,6 +67,10 @@ use crate::election::settings::{MAX_DURATION, Setting, SettingsError, id_with_su
 use crate::election::{Election, ElectionSettings, RenewHandle, Role, Status};
 use crate::store::{LeaseStore, StoreError};
 
+/// How `leaderd lock NAME` names its row, `lock:NAME`, so that a lock never takes an
+/// election's row by mistake; an election's name cannot start with it.
+pub const LOCK_ROW_PREFIX: &str = "lock:";
+
 /// The longest a waiting lock goes without reading the row, whatever its ttl.
 const MAX_POLL: Duration = Duration::from_secs(1);
 /// Shorter leases are mistakes for a lock around a command.

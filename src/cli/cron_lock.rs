@@ -11,7 +11,7 @@ use tracing::{info, warn};
 
 use super::EXIT_LOCK_HELD;
 use crate::election::settings::MAX_DURATION;
-use crate::lock::LockGuard;
+use crate::lock::{LOCK_ROW_PREFIX, LockError, LockGuard};
 
 /// The flags `leaderd lock` shares with flock(1), and the hold.
 #[derive(Debug, Clone, clap::Args)]
@@ -36,6 +36,11 @@ pub(super) struct LockCronFlags {
     /// that fires late on another host then finds it held.
     #[arg(long, value_name = "DURATION", value_parser = parse_hold)]
     pub(super) hold_at_least: Option<Duration>,
+    /// Take the row of the election NAME itself instead of the lock's own row
+    /// (`lock:NAME`): COMMAND then runs only while no node of election NAME leads, and
+    /// keeps them from leading while it runs.
+    #[arg(long)]
+    election_row: bool,
 }
 
 impl LockCronFlags {
@@ -45,6 +50,43 @@ impl LockCronFlags {
             true => Duration::ZERO,
             false => self.wait.unwrap_or_default(),
         }
+    }
+
+    /// The row the lock NAME takes: its own, `lock:NAME`, apart from every election's
+    /// (an election's name cannot start with `lock:`), or with --election-row the
+    /// election's row NAME.
+    pub(super) fn row(&self, name: &str) -> String {
+        match self.election_row {
+            true => name.to_owned(),
+            false => format!("{LOCK_ROW_PREFIX}{name}"),
+        }
+    }
+}
+
+/// A lock's errors name it as its user did, not by its row.
+pub(super) fn named(error: LockError, name: &str) -> LockError {
+    match error {
+        LockError::Held {
+            holder,
+            term,
+            lapses_in,
+            waited,
+            ..
+        } => LockError::Held {
+            name: name.to_owned(),
+            holder,
+            term,
+            lapses_in,
+            waited,
+        },
+        LockError::Unavailable { source, .. } => LockError::Unavailable {
+            name: name.to_owned(),
+            source,
+        },
+        LockError::TaskEnded { .. } => LockError::TaskEnded {
+            name: name.to_owned(),
+        },
+        other => other,
     }
 }
 
