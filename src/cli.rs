@@ -560,20 +560,18 @@ async fn lock(
     };
     let term = guard.term();
     let program = argv[0].clone();
-    let acquired_at = tokio::time::Instant::now();
     let mut signals = cron_lock::Signals::new(signals);
     let ran = signals
         .forward_while(|forward| {
             hooks::run_leased(argv, env, context, term, guard.status(), forward)
         })
         .await;
-    if let (Some(hold), Some(_), false) = (cron.hold_at_least, ran.status, ran.fenced) {
-        cron_lock::hold(&guard, name, acquired_at + hold, &mut signals).await;
-    }
     let still_held = guard.is_held();
-    if let Err(error) = guard.release().await {
-        eprintln!("leaderd: could not release lock {name:?} ({error}); it lapses by itself");
-    }
+    let hold = match (cron.hold_at_least, ran.status, ran.fenced) {
+        (Some(hold), Some(_), false) => hold,
+        _ => std::time::Duration::ZERO,
+    };
+    cron_lock::release(guard, name, hold).await;
     use std::os::unix::process::ExitStatusExt;
     match ran.status {
         None if !still_held => {

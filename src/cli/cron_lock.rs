@@ -1,13 +1,14 @@
 //! `leaderd lock` under cron: the flock(1)-compatible flags (`-w` in bare seconds, `-n`,
-//! `-E`, `-q`) and `--hold-at-least`, which keeps the lock held after a short COMMAND so
-//! that a host whose cron fires late finds it taken and does not run the job again.
+//! `-E`, `-q`), `--hold-at-least`, which leaves the lock taken in its row after a short
+//! COMMAND so that a host whose cron fires late finds it taken and does not run the job
+//! again, and the lock's own row (`lock:NAME`).
 
 use nix::sys::signal::Signal;
 use std::future::Future;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tokio::time::{Instant, sleep_until};
-use tracing::{info, warn};
+use tokio::time::Instant;
+use tracing::info;
 
 use super::EXIT_LOCK_HELD;
 use crate::election::settings::MAX_DURATION;
@@ -31,9 +32,10 @@ pub(super) struct LockCronFlags {
     /// did not run the job).
     #[arg(long, short = 'q')]
     pub(super) quiet: bool,
-    /// Keep the lock held until at least this long after it was taken, even if COMMAND
-    /// finished sooner (renewing it meanwhile), then exit with COMMAND's status. A cron
-    /// that fires late on another host then finds it held.
+    /// Keep the lock taken until at least this long after it was taken, even if COMMAND
+    /// finished sooner: the end is written into the lock's row and leaderd exits at once
+    /// with COMMAND's status; the row lapses then by the database clock. A cron that
+    /// fires late on another host finds it held.
     #[arg(long, value_name = "DURATION", value_parser = parse_hold)]
     pub(super) hold_at_least: Option<Duration>,
     /// Take the row of the election NAME itself instead of the lock's own row
@@ -116,8 +118,7 @@ fn at_most_a_day(duration: Duration) -> Result<Duration, String> {
     }
 }
 
-/// The signals `leaderd lock` receives: passed on to COMMAND while it runs, and counted
-/// during a hold afterwards.
+/// The signals `leaderd lock` receives: passed on to COMMAND while it runs.
 pub(super) struct Signals {
     received: mpsc::UnboundedReceiver<Signal>,
     open: bool,
@@ -161,41 +162,26 @@ impl Signals {
     }
 }
 
-/// Keeps `guard` held (its election renews it) until `until`. The point of the hold is to
-/// keep a late cron on another host from running the job again, so a first SIGTERM or
-/// SIGINT does not end it (a host going down keeps the lock as long as it can); a second
-/// signal does, and the lock is then released. A lock lost meanwhile ends the hold too.
-pub(super) async fn hold(guard: &LockGuard, name: &str, until: Instant, signals: &mut Signals) {
-    if until <= Instant::now() || !guard.is_held() {
-        return;
-    }
-    info!(
-        lock = name,
-        left = %humantime::format_duration(round_to_ms(until - Instant::now())),
-        "command done; holding the lock for the rest of --hold-at-least"
-    );
-    let mut signalled = false;
-    loop {
-        tokio::select! {
-            _ = sleep_until(until) => return,
-            _ = guard.lost() => {
-                warn!(
-                    lock = name,
-                    "lock lost during --hold-at-least; another host may run the job now"
-                );
-                return;
-            }
-            signal = signals.next() => {
-                if signalled {
-                    warn!(lock = name, %signal, "second signal: ending the hold, releasing the lock");
-                    return;
-                }
-                signalled = true;
-                eprintln!(
-                    "leaderd: {signal} during --hold-at-least: holding lock {name:?} until the \
-                     hold ends, so that no other host runs the job; send it again to release now"
-                );
-            }
+/// Releases the lock once COMMAND is done, or with `hold` (--hold-at-least) keeps it
+/// taken until `hold` after it was taken: the end is written into the row, and leaderd
+/// exits at once while the lease lapses by the database clock.
+pub(super) async fn release(guard: LockGuard, name: &str, hold: Duration) {
+    let left = (guard.taken_at() + hold).saturating_duration_since(Instant::now());
+    let term = guard.term();
+    match guard.release_holding(hold).await {
+        Ok(true) if !left.is_zero() => info!(
+            lock = name,
+            term,
+            left = %humantime::format_duration(round_to_ms(left)),
+            "command done; the lock stays taken for the rest of --hold-at-least, renewed no more"
+        ),
+        Ok(_) => {}
+        Err(error) if !left.is_zero() => eprintln!(
+            "leaderd: could not keep lock {name:?} taken for the rest of --hold-at-least \
+             ({error}); it lapses at the end of its last renewed lease"
+        ),
+        Err(error) => {
+            eprintln!("leaderd: could not release lock {name:?} ({error}); it lapses by itself")
         }
     }
 }
