@@ -36,6 +36,8 @@ pub const EXIT_LOCK_LOST: u8 = 76;
 pub const EXIT_FOLLOWER: u8 = 1;
 /// `status --local`: no valid status: unknown role, a stale or missing file.
 pub const EXIT_STATUS_UNKNOWN: u8 = 3;
+/// `lock --hold-at-most`: COMMAND ran too long and was stopped (as timeout(1) exits).
+pub const EXIT_TIMED_OUT: u8 = 124;
 /// `lock`: an invalid lock name (a usage error, as clap reports its own).
 pub const EXIT_USAGE: u8 = 2;
 
@@ -126,7 +128,8 @@ enum Command {
     ///
     /// Exits 75 (or -E N) if another holder has the lock (after --wait, if given), 76 if
     /// the lock was lost while COMMAND ran (COMMAND was stopped before the lease could
-    /// lapse), 69 if the database cannot be used. The flags follow flock(1).
+    /// lapse), 124 if COMMAND ran past --hold-at-most and was stopped, 69 if the database
+    /// cannot be used. The flags follow flock(1).
     Lock {
         /// The lease length; it is renewed every third of it.
         #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
@@ -496,6 +499,10 @@ async fn lock(
     // Unique per invocation: two `leaderd lock` on one host are two holders. A long node
     // id gives way to the pid.
     let holder = id_with_suffix(&config.node_id, &format!(":{}", std::process::id()));
+    if let Err(error) = cron.check() {
+        eprintln!("leaderd: {error}");
+        return Ok(ExitCode::from(EXIT_USAGE));
+    }
     let row = cron.row(name);
     let options = match LockOptions::new(&row, ttl).and_then(|o| o.holder(&holder)) {
         Ok(options) => options,
@@ -561,12 +568,16 @@ async fn lock(
     let term = guard.term();
     let program = argv[0].clone();
     let mut signals = cron_lock::Signals::new(signals);
-    let ran = signals
-        .forward_while(|forward| {
-            hooks::run_leased(argv, env, context, term, guard.status(), forward)
-        })
-        .await;
+    let (stop, stop_by) = tokio::sync::watch::channel(None);
+    let run = signals.forward_while(|forward| {
+        hooks::run_leased(argv, env, context, term, guard.status(), forward, stop_by)
+    });
+    let (ran, timed_out) = cron_lock::limit(run, &cron, guard.taken_at(), stop).await;
     let still_held = guard.is_held();
+    if timed_out && still_held {
+        cron_lock::release(guard, name, std::time::Duration::ZERO).await;
+        return Ok(ExitCode::from(EXIT_TIMED_OUT));
+    }
     let hold = match (cron.hold_at_least, ran.status, ran.fenced) {
         (Some(hold), Some(_), false) => hold,
         _ => std::time::Duration::ZERO,

@@ -7,7 +7,8 @@ use nix::sys::signal::Signal;
 use std::future::Future;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep_until};
 use tracing::info;
 
 use super::EXIT_LOCK_HELD;
@@ -38,6 +39,14 @@ pub(super) struct LockCronFlags {
     /// fires late on another host finds it held.
     #[arg(long, value_name = "DURATION", value_parser = parse_hold)]
     pub(super) hold_at_least: Option<Duration>,
+    /// The longest COMMAND may run (ShedLock's lockAtMostFor): at this long after the lock
+    /// was taken it gets SIGTERM, then SIGKILL after --stop-timeout, and leaderd exits
+    /// 124 and releases the lock.
+    #[arg(long, value_name = "DURATION", value_parser = parse_hold)]
+    pub(super) hold_at_most: Option<Duration>,
+    /// With --hold-at-most: the time COMMAND gets between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_hold)]
+    stop_timeout: Duration,
     /// Take the row of the election NAME itself instead of the lock's own row
     /// (`lock:NAME`): COMMAND then runs only while no node of election NAME leads, and
     /// keeps them from leading while it runs.
@@ -54,6 +63,22 @@ impl LockCronFlags {
         }
     }
 
+    /// The holds make sense together: a minimum no longer than the maximum (as ShedLock
+    /// requires), and a maximum above zero.
+    pub(super) fn check(&self) -> Result<(), String> {
+        match (self.hold_at_least, self.hold_at_most) {
+            (_, Some(most)) if most.is_zero() => {
+                Err("--hold-at-most 0: must be above zero".to_owned())
+            }
+            (Some(least), Some(most)) if least > most => Err(format!(
+                "--hold-at-least {} is longer than --hold-at-most {}",
+                humantime::format_duration(least),
+                humantime::format_duration(most)
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The row the lock NAME takes: its own, `lock:NAME`, apart from every election's
     /// (an election's name cannot start with `lock:`), or with --election-row the
     /// election's row NAME.
@@ -61,6 +86,33 @@ impl LockCronFlags {
         match self.election_row {
             true => name.to_owned(),
             false => format!("{LOCK_ROW_PREFIX}{name}"),
+        }
+    }
+}
+
+/// Awaits `run` (COMMAND), stopping it through `stop` at --hold-at-most after the lock
+/// was taken: SIGTERM then, SIGKILL --stop-timeout later. Whether it was stopped so.
+pub(super) async fn limit<T>(
+    run: impl Future<Output = T>,
+    flags: &LockCronFlags,
+    taken_at: Instant,
+    stop: watch::Sender<Option<Instant>>,
+) -> (T, bool) {
+    tokio::pin!(run);
+    let Some(at_most) = flags.hold_at_most else {
+        return (run.await, false);
+    };
+    tokio::select! {
+        ran = &mut run => (ran, false),
+        () = sleep_until(taken_at + at_most) => {
+            eprintln!(
+                "leaderd: COMMAND ran past --hold-at-most {}: sending it SIGTERM, and SIGKILL \
+                 after {}",
+                humantime::format_duration(at_most),
+                humantime::format_duration(flags.stop_timeout),
+            );
+            let _ = stop.send(Some(Instant::now() + flags.stop_timeout));
+            (run.await, true)
         }
     }
 }

@@ -151,6 +151,67 @@ async fn wait_takes_bare_seconds(backend: Backend) {
     );
 }
 
+/// `--hold-at-most 1s`: a job that runs on gets SIGTERM about a second after the lock was
+/// taken (the job records it and ends), leaderd exits 124 and the lock is free at once;
+/// a command that ignores SIGTERM is SIGKILLed --stop-timeout later.
+async fn hold_at_most_stops_the_command_and_exits_124(backend: Backend) {
+    let setup = Setup::new(backend);
+    let url = &setup.db.url;
+    let started = std::time::Instant::now();
+    let mut limited = setup.lock(url, &["--hold-at-most", "1s"], &setup.job("30"));
+    assert_eq!(
+        exit_code(&mut limited, Duration::from_secs(20)).await,
+        124,
+        "{}",
+        setup.stderr()
+    );
+    let took = started.elapsed();
+    eprintln!("[measured] {backend:?}: --hold-at-most 1s: exit 124 after {took:?}");
+    assert!(took >= Duration::from_secs(1), "{took:?}");
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    assert!(
+        records(&setup.db.dir, "lock.")
+            .iter()
+            .any(|r| r.event == "term"),
+        "the job got SIGTERM"
+    );
+    assert!(
+        setup.stderr().contains("ran past --hold-at-most 1s"),
+        "{}",
+        setup.stderr()
+    );
+    let mut next = setup.lock(url, &["-n"], &["true"]);
+    assert_eq!(exit_code(&mut next, Duration::from_secs(10)).await, 0);
+
+    let stubborn = "trap '' TERM; while :; do sleep 0.05; done";
+    let started = std::time::Instant::now();
+    let mut killed = setup.lock(
+        url,
+        &["--hold-at-most", "1s", "--stop-timeout", "1s"],
+        &["sh", "-c", stubborn],
+    );
+    assert_eq!(exit_code(&mut killed, Duration::from_secs(20)).await, 124);
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(2), "SIGKILLed after {took:?}");
+    assert!(took < Duration::from_secs(6), "SIGKILLed after {took:?}");
+
+    let refused = leaderd()
+        .args([
+            "lock",
+            "--hold-at-least",
+            "2s",
+            "--hold-at-most",
+            "1s",
+            "x",
+            "--",
+            "true",
+        ])
+        .env("LEADERD_DATABASE__URL", url)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+}
+
 /// `-n` with `-w` is a usage error, as in flock.
 #[tokio::test(flavor = "multi_thread")]
 async fn nonblock_and_wait_conflict() {
@@ -164,12 +225,15 @@ async fn nonblock_and_wait_conflict() {
 backend_tests!(postgres = Backend::Postgres =>
     a_hold_lives_in_the_row_and_leaderd_exits_with_the_command_s_status,
     wait_takes_bare_seconds,
+    hold_at_most_stops_the_command_and_exits_124,
 );
 backend_tests!(mysql = Backend::Mysql =>
     a_hold_lives_in_the_row_and_leaderd_exits_with_the_command_s_status,
     wait_takes_bare_seconds,
+    hold_at_most_stops_the_command_and_exits_124,
 );
 backend_tests!(sqlite = Backend::Sqlite =>
     a_hold_lives_in_the_row_and_leaderd_exits_with_the_command_s_status,
     wait_takes_bare_seconds,
+    hold_at_most_stops_the_command_and_exits_124,
 );
