@@ -22,6 +22,7 @@ use crate::store::{ControlStore, LeaseStore, StoreError};
 
 mod cron_lock;
 use cron_lock::LockCronFlags;
+mod locks;
 mod wait;
 
 /// Configuration errors (sysexits.h EX_CONFIG).
@@ -145,6 +146,12 @@ enum Command {
         /// The command and its arguments.
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
+    },
+    /// List every held lease, locks' and elections': name, kind, holder, term, when last
+    /// renewed and how long it has left, as the database sees it now.
+    Locks {
+        #[command(flatten)]
+        args: locks::LocksArgs,
     },
     /// Block until a condition holds, for scripts; exit 0 then, or 75 at --timeout.
     ///
@@ -317,6 +324,7 @@ pub fn main() -> ExitCode {
                 ..
             } => lock(config, &name, ttl, cron, command).await,
             Command::Wait { args } => wait::wait(config, args).await,
+            Command::Locks { args } => done(locks::locks(config, args).await),
             Command::CheckConfig
             | Command::HookGuard { .. }
             | Command::Completions { .. }
