@@ -45,7 +45,7 @@ pub const EXIT_USAGE: u8 = 2;
 #[derive(Debug, Parser)]
 #[command(
     name = "leaderd",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("LEADERD_COMMIT"), ")"),
     about = "Leader election through the SQL database you already have"
 )]
 pub struct Cli {
@@ -322,7 +322,13 @@ pub fn main() -> ExitCode {
                 name,
                 command,
                 ..
-            } => lock(config, &name, ttl, cron, command).await,
+            } => cron_lock::recorded(
+                &cron.clone(),
+                &name,
+                lock(config, &name, ttl, cron, command),
+            )
+            .await
+            .map(ExitCode::from),
             Command::Wait { args } => wait::wait(config, args).await,
             Command::Locks { args } => done(locks::locks(config, args).await),
             Command::CheckConfig
@@ -499,7 +505,7 @@ async fn lock(
     ttl: std::time::Duration,
     cron: LockCronFlags,
     argv: Vec<String>,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<u8> {
     // Before the lock is taken: a "cgroup" that cannot be had fails without holding it.
     let containment = hooks::resolve_containment(config.hooks.containment)?;
     // Installed first: a signal while waiting ends the wait, and later ones reach COMMAND.
@@ -509,14 +515,14 @@ async fn lock(
     let holder = id_with_suffix(&config.node_id, &format!(":{}", std::process::id()));
     if let Err(error) = cron.check() {
         eprintln!("leaderd: {error}");
-        return Ok(ExitCode::from(EXIT_USAGE));
+        return Ok(EXIT_USAGE);
     }
     let row = cron.row(name);
     let options = match LockOptions::new(&row, ttl).and_then(|o| o.holder(&holder)) {
         Ok(options) => options,
         Err(error) => {
             eprintln!("leaderd: {error}");
-            return Ok(ExitCode::from(EXIT_USAGE));
+            return Ok(EXIT_USAGE);
         }
     };
     let renew_every = options.renewal_interval();
@@ -535,24 +541,24 @@ async fn lock(
         Err(LockError::Cancelled { .. }) => {
             let signal = interrupted.expect("cancelled by a signal");
             eprintln!("leaderd: {signal} while waiting for lock {name:?}; not running the command");
-            return Ok(ExitCode::from(128 + signal as u8));
+            return Ok(128 + signal as u8);
         }
         Err(error @ LockError::Held { .. }) => {
             if !cron.quiet {
                 eprintln!("leaderd: {error}");
             }
-            return Ok(ExitCode::from(cron.conflict_exit_code));
+            return Ok(cron.conflict_exit_code);
         }
         Err(error) => {
             eprintln!("leaderd: {error}");
-            return Ok(ExitCode::from(EXIT_UNAVAILABLE));
+            return Ok(EXIT_UNAVAILABLE);
         }
     };
     if let Some(signal) = interrupted {
         // It came as the lock was taken: honour it rather than lose it.
         let _ = guard.release().await;
         eprintln!("leaderd: {signal} while taking lock {name:?}; not running the command");
-        return Ok(ExitCode::from(128 + signal as u8));
+        return Ok(128 + signal as u8);
     }
     info!(
         lock = name,
@@ -584,7 +590,7 @@ async fn lock(
     let still_held = guard.is_held();
     if timed_out && still_held {
         cron_lock::release(guard, name, std::time::Duration::ZERO).await;
-        return Ok(ExitCode::from(EXIT_TIMED_OUT));
+        return Ok(EXIT_TIMED_OUT);
     }
     let hold = match (cron.hold_at_least, ran.status, ran.fenced) {
         (Some(hold), Some(_), false) => hold,
@@ -598,7 +604,7 @@ async fn lock(
                 "leaderd: lost lock {name:?} (term {term}) before the command could start: \
                  the database did not take a renewal in time"
             );
-            Ok(ExitCode::from(EXIT_LOCK_LOST))
+            Ok(EXIT_LOCK_LOST)
         }
         _ if ran.fenced => {
             eprintln!(
@@ -606,13 +612,13 @@ async fn lock(
                  in time, so the command was stopped before the lease could lapse and another \
                  holder could start"
             );
-            Ok(ExitCode::from(EXIT_LOCK_LOST))
+            Ok(EXIT_LOCK_LOST)
         }
-        Some(status) => Ok(ExitCode::from(match (status.code(), status.signal()) {
+        Some(status) => Ok(match (status.code(), status.signal()) {
             (Some(code), _) => code as u8,
             (None, Some(signal)) => 128 + signal as u8,
             _ => 1,
-        })),
+        }),
         None => anyhow::bail!("could not start {program:?} (the reason is logged above)"),
     }
 }

@@ -347,7 +347,21 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// A short label for logs and metrics.
+    /// Every [`StoreError::kind`], so that counters by kind can start at zero.
+    pub const KINDS: [&'static str; 10] = [
+        "connect",
+        "tls",
+        "connect_timeout",
+        "query",
+        "schema_outdated",
+        "query_timeout",
+        "migration",
+        "task",
+        "pooler",
+        "unsupported",
+    ];
+
+    /// A short label for logs and metrics (one of [`StoreError::KINDS`]).
     pub fn kind(&self) -> &'static str {
         match self {
             StoreError::Connect { .. } => "connect",
