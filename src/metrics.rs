@@ -321,6 +321,29 @@ impl Metrics {
         })
     }
 
+    /// Serves the run counters of the hooks `config` sets (and the health check) at 0
+    /// from the start, for every outcome: `increase()` over a counter that first appears
+    /// at 1 misses that first failure.
+    pub fn expect_hooks(&self, config: &crate::config::Config) {
+        let hooks = &config.hooks;
+        let configured = [
+            ("on_elected", hooks.on_elected.is_some()),
+            ("on_demoted", hooks.on_demoted.is_some()),
+            ("on_leader_change", hooks.on_leader_change.is_some()),
+            ("while_leader", hooks.while_leader.is_some()),
+            ("leader_command", hooks.leader_command.is_some()),
+            ("health_check", config.health_check.is_some()),
+        ];
+        for (hook, _) in configured.into_iter().filter(|(_, set)| *set) {
+            for outcome in ["success", "failure", "stopped", "not_started"] {
+                let _ = self
+                    .0
+                    .hook_runs
+                    .get_or_create(&HookLabels { hook, outcome });
+            }
+        }
+    }
+
     /// Records a hook run: `outcome` as in the `hook_runs` help.
     pub fn hook_ran(&self, hook: &'static str, outcome: &'static str, took: Duration) {
         let labels = HookLabels { hook, outcome };
