@@ -43,6 +43,63 @@ const ALERTS: [&str; 11] = [
     "LeaderdLockJobNotRun",
 ];
 
+const DASHBOARD: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/config/grafana/leaderd-dashboard.json"
+);
+
+/// The Grafana dashboard is valid JSON; every panel has queries, each naming a leaderd
+/// metric (that leaderd serves them is `the_alert_rules_use_metrics_leaderd_serves`), and
+/// each query parses as PromQL (promtool, as recording rules, with Grafana's variables
+/// filled in); the panels the issue asks for are there.
+#[test]
+fn the_grafana_dashboard_is_valid_and_queries_leaderd_metrics() {
+    let text = std::fs::read_to_string(DASHBOARD).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let mut exprs = Vec::new();
+    let mut ids = BTreeSet::new();
+    for panel in panels {
+        let title = panel["title"].as_str().unwrap();
+        assert!(ids.insert(panel["id"].as_u64().unwrap()), "duplicate id: {title}");
+        let targets = panel["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "{title} has no query");
+        for target in targets {
+            let expr = target["expr"].as_str().unwrap();
+            assert!(expr.contains("leaderd_"), "{title}: {expr}");
+            exprs.push(expr.to_owned());
+        }
+    }
+    let titles: Vec<&str> = panels.iter().map(|p| p["title"].as_str().unwrap()).collect();
+    for wanted in [
+        "Leader per election",
+        "Term",
+        "Renew margin",
+        "Handovers",
+        "Hook outcomes",
+        "Database errors",
+    ] {
+        assert!(
+            titles.iter().any(|t| t.starts_with(wanted)),
+            "no {wanted} panel: {titles:?}"
+        );
+    }
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (i, expr) in exprs.iter().enumerate() {
+        let expr = expr
+            .replace("$__rate_interval", "5m")
+            .replace("$election", ".*");
+        rules.push_str(&format!("      - record: dashboard_{i}\n        expr: {expr:?}\n"));
+    }
+    let dir = std::env::temp_dir().join(format!("leaderd-dashboard-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("queries.yml");
+    std::fs::write(&file, &rules).unwrap();
+    let (ok, report) = promtool(&["check", "rules", file.to_str().unwrap()]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(ok, "{report}\n{rules}");
+}
+
 /// Where the rules' runbook URLs point, before an operator replaces the base.
 const RUNBOOK_BASE: &str = "https://leaderd.example/docs/operations.md#";
 
@@ -216,7 +273,7 @@ async fn the_alert_rules_use_metrics_leaderd_serves() {
         assert!(body.contains(&sample), "no {sample:?} in\n{body}");
     }
 
-    for file in [RULES, RULE_TESTS] {
+    for file in [RULES, RULE_TESTS, DASHBOARD] {
         let text = std::fs::read_to_string(file).unwrap();
         let used: BTreeSet<&str> = text
             .match_indices("leaderd_")
