@@ -61,7 +61,10 @@ fn the_grafana_dashboard_is_valid_and_queries_leaderd_metrics() {
     let mut ids = BTreeSet::new();
     for panel in panels {
         let title = panel["title"].as_str().unwrap();
-        assert!(ids.insert(panel["id"].as_u64().unwrap()), "duplicate id: {title}");
+        assert!(
+            ids.insert(panel["id"].as_u64().unwrap()),
+            "duplicate id: {title}"
+        );
         let targets = panel["targets"].as_array().unwrap();
         assert!(!targets.is_empty(), "{title} has no query");
         for target in targets {
@@ -70,7 +73,10 @@ fn the_grafana_dashboard_is_valid_and_queries_leaderd_metrics() {
             exprs.push(expr.to_owned());
         }
     }
-    let titles: Vec<&str> = panels.iter().map(|p| p["title"].as_str().unwrap()).collect();
+    let titles: Vec<&str> = panels
+        .iter()
+        .map(|p| p["title"].as_str().unwrap())
+        .collect();
     for wanted in [
         "Leader per election",
         "Term",
@@ -89,7 +95,9 @@ fn the_grafana_dashboard_is_valid_and_queries_leaderd_metrics() {
         let expr = expr
             .replace("$__rate_interval", "5m")
             .replace("$election", ".*");
-        rules.push_str(&format!("      - record: dashboard_{i}\n        expr: {expr:?}\n"));
+        rules.push_str(&format!(
+            "      - record: dashboard_{i}\n        expr: {expr:?}\n"
+        ));
     }
     let dir = std::env::temp_dir().join(format!("leaderd-dashboard-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
