@@ -443,3 +443,112 @@ fn the_sidecar_and_networkpolicy_examples_are_valid_and_fit_the_set() {
         );
     }
 }
+
+/// The Dockerfile: ca-certificates in the runtime image, and a dependency layer built
+/// from the manifest alone, whose stubs cover every target Cargo finds in it (checked by
+/// running the stub step in a directory of its own and asking `cargo metadata`). Where a
+/// Docker daemon answers, the image is built and its trust store looked at; where none
+/// does (as where this was written: no daemon, no registry), the test says so.
+#[test]
+fn the_dockerfile_caches_dependencies_and_ships_the_trust_store() {
+    let dockerfile =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Dockerfile")).unwrap();
+    let (build, runtime) = dockerfile.split_once("\nFROM debian").expect("two stages");
+    assert!(
+        runtime.contains("apt-get install -y --no-install-recommends ca-certificates"),
+        "{runtime}"
+    );
+    // The dependency layer copies nothing but the manifest, lock file and build script
+    // before building.
+    let (deps, rest) = build
+        .split_once("\nCOPY . .")
+        .expect("COPY . . after the deps");
+    let copies: Vec<&str> = deps.lines().filter(|l| l.starts_with("COPY ")).collect();
+    assert_eq!(copies, ["COPY Cargo.toml Cargo.lock build.rs ./"], "{deps}");
+    assert!(deps.contains("cargo build --release --locked"), "{deps}");
+    assert!(rest.contains("touch src/lib.rs src/main.rs"), "{rest}");
+    // Run the stub step (up to its build) in a directory with those three files.
+    let run = deps.split("\nRUN ").last().unwrap().replace("\\\n", " ");
+    let stub: Vec<&str> = run
+        .split("&&")
+        .map(str::trim)
+        .take_while(|part| !part.starts_with("cargo build"))
+        .collect();
+    let dir = tempdir("docker-deps");
+    for file in ["Cargo.toml", "Cargo.lock", "build.rs"] {
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(file),
+            dir.join(file),
+        )
+        .unwrap();
+    }
+    let status = std::process::Command::new("sh")
+        .args(["-ec", &stub.join(" && ")])
+        .current_dir(&dir)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{stub:?}");
+    let metadata = std::process::Command::new("cargo")
+        .args([
+            "metadata",
+            "--no-deps",
+            "--offline",
+            "--format-version",
+            "1",
+        ])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        metadata.status.success(),
+        "{}",
+        String::from_utf8_lossy(&metadata.stderr)
+    );
+    let metadata: serde_json::Value = serde_json::from_slice(&metadata.stdout).unwrap();
+    let targets = metadata["packages"][0]["targets"].as_array().unwrap();
+    let kinds: Vec<String> = targets
+        .iter()
+        .map(|t| t["kind"][0].as_str().unwrap().to_owned())
+        .collect();
+    for kind in ["lib", "bin", "bench", "custom-build"] {
+        assert!(kinds.iter().any(|k| k == kind), "{kinds:?}");
+    }
+    for target in targets {
+        let path = Path::new(target["src_path"].as_str().unwrap());
+        assert!(path.exists(), "the stubs lack {}", path.display());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let daemon = std::process::Command::new("docker")
+        .arg("info")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !daemon {
+        eprintln!(
+            "[not checked] no Docker daemon answers here: the image was not built, and its \
+             trust store was not looked at"
+        );
+        return;
+    }
+    let tag = common::unique("leaderd-test").to_lowercase();
+    let built = std::process::Command::new("docker")
+        .args(["build", "-t", &tag, env!("CARGO_MANIFEST_DIR")])
+        .status()
+        .unwrap();
+    assert!(built.success(), "docker build failed");
+    let listed = std::process::Command::new("docker")
+        .args([
+            "run",
+            "--rm",
+            "--entrypoint",
+            "ls",
+            &tag,
+            "/etc/ssl/certs/ca-certificates.crt",
+        ])
+        .output()
+        .unwrap();
+    let _ = std::process::Command::new("docker")
+        .args(["rmi", "-f", &tag])
+        .status();
+    assert!(listed.status.success(), "no trust store in the image");
+}
