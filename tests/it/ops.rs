@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 mod alerts;
 mod deploy;
+mod journal;
 mod kubernetes;
 mod metrics;
 mod package;

@@ -12,6 +12,9 @@ fn the_systemd_unit_passes_systemd_analyze_verify() {
     .unwrap();
     assert!(unit.contains("Type=notify") && unit.contains("WatchdogSec="));
     assert!(unit.contains("ExecReload=/bin/kill -HUP $MAINPID"));
+    // A bad configuration (78) fails the unit instead of restarting it in a loop.
+    assert!(unit.contains("\nRestart=on-failure\n"));
+    assert!(unit.contains("\nRestartPreventExitStatus=78\n"));
     // Hooks get cgroups of their own: delegated, and not made read-only.
     assert!(unit.contains("\nDelegate=yes\n") && !unit.contains("\nProtectControlGroups=yes"));
     // The installed path does not exist here: point the unit at the binary under test.
