@@ -22,6 +22,7 @@ use crate::store::{ControlStore, LeaseStore, StoreError};
 
 mod cron_lock;
 use cron_lock::LockCronFlags;
+mod locks;
 mod wait;
 
 /// Configuration errors (sysexits.h EX_CONFIG).
@@ -36,13 +37,15 @@ pub const EXIT_LOCK_LOST: u8 = 76;
 pub const EXIT_FOLLOWER: u8 = 1;
 /// `status --local`: no valid status: unknown role, a stale or missing file.
 pub const EXIT_STATUS_UNKNOWN: u8 = 3;
+/// `lock --hold-at-most`: COMMAND ran too long and was stopped (as timeout(1) exits).
+pub const EXIT_TIMED_OUT: u8 = 124;
 /// `lock`: an invalid lock name (a usage error, as clap reports its own).
 pub const EXIT_USAGE: u8 = 2;
 
 #[derive(Debug, Parser)]
 #[command(
     name = "leaderd",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("LEADERD_COMMIT"), ")"),
     about = "Leader election through the SQL database you already have"
 )]
 pub struct Cli {
@@ -127,7 +130,8 @@ enum Command {
     ///
     /// Exits 75 (or -E N) if another holder has the lock (after --wait, if given), 76 if
     /// the lock was lost while COMMAND ran (COMMAND was stopped before the lease could
-    /// lapse), 69 if the database cannot be used. The flags follow flock(1).
+    /// lapse), 124 if COMMAND ran past --hold-at-most and was stopped, 69 if the database
+    /// cannot be used. The flags follow flock(1).
     Lock {
         /// The lease length; it is renewed every third of it.
         #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
@@ -137,11 +141,18 @@ enum Command {
         /// Log at the configured level (default: warnings and errors only).
         #[arg(long, short)]
         verbose: bool,
-        /// The lock's name: a row of the election table, like an election's.
+        /// The lock's name; its row in the election table is `lock:NAME` (see
+        /// --election-row).
         name: String,
         /// The command and its arguments.
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
+    },
+    /// List every held lease, locks' and elections': name, kind, holder, term, when last
+    /// renewed and how long it has left, as the database sees it now.
+    Locks {
+        #[command(flatten)]
+        args: locks::LocksArgs,
     },
     /// Block until a condition holds, for scripts; exit 0 then, or 75 at --timeout.
     ///
@@ -314,8 +325,15 @@ pub fn main() -> ExitCode {
                 name,
                 command,
                 ..
-            } => lock(config, &name, ttl, cron, command).await,
+            } => cron_lock::recorded(
+                &cron.clone(),
+                &name,
+                lock(config, &name, ttl, cron, command),
+            )
+            .await
+            .map(ExitCode::from),
             Command::Wait { args } => wait::wait(config, args).await,
+            Command::Locks { args } => done(locks::locks(config, args).await),
             Command::CheckConfig
             | Command::HookGuard { .. }
             | Command::Completions { .. }
@@ -500,7 +518,7 @@ async fn lock(
     ttl: std::time::Duration,
     cron: LockCronFlags,
     argv: Vec<String>,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<u8> {
     // Before the lock is taken: a "cgroup" that cannot be had fails without holding it.
     let containment = hooks::resolve_containment(config.hooks.containment)?;
     // Installed first: a signal while waiting ends the wait, and later ones reach COMMAND.
@@ -508,11 +526,16 @@ async fn lock(
     // Unique per invocation: two `leaderd lock` on one host are two holders. A long node
     // id gives way to the pid.
     let holder = id_with_suffix(&config.node_id, &format!(":{}", std::process::id()));
-    let options = match LockOptions::new(name, ttl).and_then(|o| o.holder(&holder)) {
+    if let Err(error) = cron.check() {
+        eprintln!("leaderd: {error}");
+        return Ok(EXIT_USAGE);
+    }
+    let row = cron.row(name);
+    let options = match LockOptions::new(&row, ttl).and_then(|o| o.holder(&holder)) {
         Ok(options) => options,
         Err(error) => {
             eprintln!("leaderd: {error}");
-            return Ok(ExitCode::from(EXIT_USAGE));
+            return Ok(EXIT_USAGE);
         }
     };
     let renew_every = options.renewal_interval();
@@ -526,29 +549,29 @@ async fn lock(
     let acquired = options
         .acquire_unless(store(&config, config.migrate), cron.wait(), interrupt)
         .await;
-    let guard = match acquired {
+    let guard = match acquired.map_err(|error| cron_lock::named(error, name)) {
         Ok(guard) => guard,
         Err(LockError::Cancelled { .. }) => {
             let signal = interrupted.expect("cancelled by a signal");
             eprintln!("leaderd: {signal} while waiting for lock {name:?}; not running the command");
-            return Ok(ExitCode::from(128 + signal as u8));
+            return Ok(128 + signal as u8);
         }
         Err(error @ LockError::Held { .. }) => {
             if !cron.quiet {
                 eprintln!("leaderd: {error}");
             }
-            return Ok(ExitCode::from(cron.conflict_exit_code));
+            return Ok(cron.conflict_exit_code);
         }
         Err(error) => {
             eprintln!("leaderd: {error}");
-            return Ok(ExitCode::from(EXIT_UNAVAILABLE));
+            return Ok(EXIT_UNAVAILABLE);
         }
     };
     if let Some(signal) = interrupted {
         // It came as the lock was taken: honour it rather than lose it.
         let _ = guard.release().await;
         eprintln!("leaderd: {signal} while taking lock {name:?}; not running the command");
-        return Ok(ExitCode::from(128 + signal as u8));
+        return Ok(128 + signal as u8);
     }
     info!(
         lock = name,
@@ -571,20 +594,22 @@ async fn lock(
     };
     let term = guard.term();
     let program = argv[0].clone();
-    let acquired_at = tokio::time::Instant::now();
     let mut signals = cron_lock::Signals::new(signals);
-    let ran = signals
-        .forward_while(|forward| {
-            hooks::run_leased(argv, env, context, term, guard.status(), forward)
-        })
-        .await;
-    if let (Some(hold), Some(_), false) = (cron.hold_at_least, ran.status, ran.fenced) {
-        cron_lock::hold(&guard, name, acquired_at + hold, &mut signals).await;
-    }
+    let (stop, stop_by) = tokio::sync::watch::channel(None);
+    let run = signals.forward_while(|forward| {
+        hooks::run_leased(argv, env, context, term, guard.status(), forward, stop_by)
+    });
+    let (ran, timed_out) = cron_lock::limit(run, &cron, guard.taken_at(), stop).await;
     let still_held = guard.is_held();
-    if let Err(error) = guard.release().await {
-        eprintln!("leaderd: could not release lock {name:?} ({error}); it lapses by itself");
+    if timed_out && still_held {
+        cron_lock::release(guard, name, std::time::Duration::ZERO).await;
+        return Ok(EXIT_TIMED_OUT);
     }
+    let hold = match (cron.hold_at_least, ran.status, ran.fenced) {
+        (Some(hold), Some(_), false) => hold,
+        _ => std::time::Duration::ZERO,
+    };
+    cron_lock::release(guard, name, hold).await;
     use std::os::unix::process::ExitStatusExt;
     match ran.status {
         None if !still_held => {
@@ -592,7 +617,7 @@ async fn lock(
                 "leaderd: lost lock {name:?} (term {term}) before the command could start: \
                  the database did not take a renewal in time"
             );
-            Ok(ExitCode::from(EXIT_LOCK_LOST))
+            Ok(EXIT_LOCK_LOST)
         }
         _ if ran.fenced => {
             eprintln!(
@@ -600,13 +625,13 @@ async fn lock(
                  in time, so the command was stopped before the lease could lapse and another \
                  holder could start"
             );
-            Ok(ExitCode::from(EXIT_LOCK_LOST))
+            Ok(EXIT_LOCK_LOST)
         }
-        Some(status) => Ok(ExitCode::from(match (status.code(), status.signal()) {
+        Some(status) => Ok(match (status.code(), status.signal()) {
             (Some(code), _) => code as u8,
             (None, Some(signal)) => 128 + signal as u8,
             _ => 1,
-        })),
+        }),
         None => anyhow::bail!("could not start {program:?} (the reason is logged above)"),
     }
 }

@@ -79,6 +79,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         health: health_gate.as_ref().map(|_| Health::Starting),
     });
     let metrics = Metrics::new(&config.election);
+    metrics.expect_hooks(&config);
     let (rounds_completed, rounds) = watch::channel(0u64);
     // When the last round completed, for /healthz.
     let (round_times, last_round) = watch::channel(None);

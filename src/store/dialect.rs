@@ -472,6 +472,64 @@ pub(super) const MYSQL_DURABILITY: &str =
             CAST(@@GLOBAL.sync_binlog AS SIGNED) AS sync_binlog,
             CAST(@@GLOBAL.log_bin AS SIGNED) AS log_bin";
 
+/// (left_ms, name, holder, term): a lock whose work is done keeps its live lease in
+/// `term` for `left_ms` more by the database clock, and renews it no more (`leaderd lock
+/// --hold-at-least`). It leaves `timestamp` (the last renewal) alone and sets the lease to
+/// end `left_ms` from now, rounded up; the holder stays, so others see who holds it.
+pub(super) fn hold(backend: super::Backend) -> &'static str {
+    match backend {
+        super::Backend::Postgres => {
+            r#"UPDATE service_leader_lock
+               SET lease_ms = CEIL(EXTRACT(EPOCH FROM (clock_timestamp() - "timestamp")) * 1000)::BIGINT + ?
+               WHERE name = ? AND container_id = ? AND term = ?
+                 AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()"#
+        }
+        super::Backend::Mysql => {
+            "UPDATE service_leader_lock
+             SET lease_ms = CAST(CEIL(TIMESTAMPDIFF(MICROSECOND, `timestamp`, NOW(6)) / 1000) AS SIGNED) + ?
+             WHERE name = ? AND container_id = ? AND term = ?
+               AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)"
+        }
+        super::Backend::Sqlite => {
+            r#"UPDATE service_leader_lock
+               SET lease_ms = CAST((julianday('now') - julianday("timestamp")) * 86400000.0 AS INTEGER) + 1 + ?
+               WHERE name = ? AND container_id = ? AND term = ?
+                 AND (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms"#
+        }
+    }
+}
+
+/// () -> name, container_id, term, lease_ms, age_ms: every row whose lease is live by the
+/// database clock, elections' and locks' (`leaderd locks`), by name.
+pub(super) fn held_rows(backend: super::Backend) -> &'static str {
+    match backend {
+        super::Backend::Postgres => {
+            r#"SELECT name, container_id, term, lease_ms,
+                      (EXTRACT(EPOCH FROM (clock_timestamp() - "timestamp")) * 1000)::BIGINT AS age_ms
+               FROM service_leader_lock
+               WHERE container_id IS NOT NULL
+                 AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()
+               ORDER BY name"#
+        }
+        super::Backend::Mysql => {
+            "SELECT name, container_id, term, lease_ms,
+                    CAST(TIMESTAMPDIFF(MICROSECOND, `timestamp`, NOW(6)) DIV 1000 AS SIGNED) AS age_ms
+             FROM service_leader_lock
+             WHERE container_id IS NOT NULL
+               AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)
+             ORDER BY name"
+        }
+        super::Backend::Sqlite => {
+            r#"SELECT name, container_id, term, lease_ms,
+                      CAST(ROUND((julianday('now') - julianday("timestamp")) * 86400000.0) AS INTEGER) AS age_ms
+               FROM service_leader_lock
+               WHERE container_id IS NOT NULL
+                 AND (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms
+               ORDER BY name"#
+        }
+    }
+}
+
 /// A value bound to a statement.
 pub(super) enum Param<'a> {
     Text(&'a str),

@@ -24,7 +24,8 @@ use super::dialect::{
 use super::pooler;
 use super::{Backend, DatabaseUrl};
 use super::{
-    Commands, LeaseRow, Member, MemberRecord, MemberStanding, Pending, ProcessToken, StoreError,
+    Commands, HeldRow, LeaseRow, Member, MemberRecord, MemberStanding, Pending, ProcessToken,
+    StoreError,
 };
 
 const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
@@ -56,6 +57,20 @@ struct RowSql {
     handover_ms: Option<i64>,
     #[diesel(sql_type = Nullable<BigInt>)]
     resign_term: Option<i64>,
+}
+
+#[derive(QueryableByName)]
+struct HeldSql {
+    #[diesel(sql_type = Text)]
+    name: String,
+    #[diesel(sql_type = Text)]
+    container_id: String,
+    #[diesel(sql_type = BigInt)]
+    term: i64,
+    #[diesel(sql_type = BigInt)]
+    lease_ms: i64,
+    #[diesel(sql_type = BigInt)]
+    age_ms: i64,
 }
 
 #[derive(QueryableByName)]
@@ -842,6 +857,84 @@ impl DbConnection {
         let params = vec![Param::Text(election), Param::BigInt(ms(older_than))];
         self.write(|d| d.prune_members, params).await?;
         Ok(())
+    }
+
+    /// Runs a statement the dialect gives per backend (see `dialect::hold`); how many
+    /// rows it matched.
+    async fn write_backend(
+        &mut self,
+        statement: fn(Backend) -> &'static str,
+        params: Vec<Param<'_>>,
+    ) -> Result<usize, StoreError> {
+        let written = match self {
+            DbConnection::Postgres(c) => {
+                Statement::new(statement(Backend::Postgres), params)
+                    .execute(c)
+                    .await
+            }
+            DbConnection::Mysql(c) => {
+                Statement::new(statement(Backend::Mysql), params)
+                    .execute(c)
+                    .await
+            }
+            DbConnection::Sqlite(c) => {
+                Statement::new(statement(Backend::Sqlite), params)
+                    .execute(c)
+                    .await
+            }
+        };
+        written.map_err(|error| pooler::explain(error.into()))
+    }
+
+    /// Keeps `holder`'s live lease in `term` for `left` more, renewed no more; whether it
+    /// was still live.
+    pub async fn hold(
+        &mut self,
+        name: &str,
+        holder: &str,
+        term: i64,
+        left: Duration,
+    ) -> Result<bool, StoreError> {
+        let params = vec![
+            Param::BigInt(ms(left)),
+            Param::Text(name),
+            Param::Text(holder),
+            Param::BigInt(term),
+        ];
+        Ok(self.write_backend(super::dialect::hold, params).await? == 1)
+    }
+
+    /// Every live lease, elections' and locks', by name.
+    pub async fn held_rows(&mut self) -> Result<Vec<HeldRow>, StoreError> {
+        let rows: Vec<HeldSql> = match self {
+            DbConnection::Postgres(c) => {
+                Statement::new(super::dialect::held_rows(Backend::Postgres), vec![])
+                    .load(c)
+                    .await
+            }
+            DbConnection::Mysql(c) => {
+                Statement::new(super::dialect::held_rows(Backend::Mysql), vec![])
+                    .load(c)
+                    .await
+            }
+            DbConnection::Sqlite(c) => {
+                Statement::new(super::dialect::held_rows(Backend::Sqlite), vec![])
+                    .load(c)
+                    .await
+            }
+        }
+        .map_err(|error| pooler::explain(error.into()))?;
+        let duration = |ms: i64| Duration::from_millis(ms.max(0) as u64);
+        Ok(rows
+            .into_iter()
+            .map(|row| HeldRow {
+                name: row.name,
+                holder: row.container_id,
+                term: row.term,
+                lease: duration(row.lease_ms),
+                age: duration(row.age_ms),
+            })
+            .collect())
     }
 
     pub async fn release(
