@@ -115,6 +115,7 @@ impl Dice {
                 Fault::SlowStatements { node: n, .. }
                 | Fault::LostAnswers { node: n, .. }
                 | Fault::FailedStatements { node: n, .. } => n == node,
+                Fault::RowLockWaits { .. } => true,
                 _ => false,
             })
             .map(|e| (start + e.from, start + e.until, e.fault.clone()))
@@ -147,6 +148,9 @@ impl Dice {
                     fate.there += part();
                     fate.lock_wait += part();
                     fate.back += part();
+                }
+                Fault::RowLockWaits { max } => {
+                    fate.lock_wait += max.mul_f64(self.rng.random_range(0.0..1.0))
                 }
                 Fault::LostAnswers { p, .. } => fate.lose_answer |= self.rng.random_bool(p),
                 Fault::FailedStatements { p, .. } => {

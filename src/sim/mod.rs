@@ -276,6 +276,7 @@ fn act(world: &Arc<World>, slots: &mut [Slot], action: &Action, rng: &mut SmallR
     );
     match (&event.fault, begin) {
         (Fault::SlowStatements { .. }, _)
+        | (Fault::RowLockWaits { .. }, _)
         | (Fault::LostAnswers { .. }, _)
         | (Fault::FailedStatements { .. }, _) => {}
         (Fault::RefuseConnections, true) => {

@@ -35,6 +35,10 @@ pub(super) enum Fault {
     RefuseConnections,
     /// The database restarts: every connection is cut, and it is down for the window.
     Restart,
+    /// Another transaction holds the row lock on and off: every statement waits up to
+    /// `max` for it, each its own time, so two statements can take it out of order (a
+    /// renewal that read the clock first may write last).
+    RowLockWaits { max: Duration },
     /// The node's process is frozen (SIGSTOP), then continued.
     Freeze { node: usize },
     /// The node's host sleeps: its boot clock moves on by the window's length at once.
@@ -224,6 +228,18 @@ impl Scenario {
             0 => ttl.mul_f64(rng.random_range(0.25..0.5)),
             _ => ttl,
         };
+        if rng.random_bool(0.25) {
+            let from = Duration::from_millis(rng.random_range(500..busy_until.as_millis() as u64));
+            let length = Duration::from_secs(8).mul_f64(rng.random_range(0.1..1.0));
+            events.push(Event {
+                from,
+                until: (from + length).min(busy_until),
+                fault: Fault::RowLockWaits {
+                    max: ttl.mul_f64(rng.random_range(0.2..1.5)),
+                },
+            });
+            events.sort_by_key(|e| e.from);
+        }
         Scenario {
             ttl,
             interval,
