@@ -53,7 +53,7 @@ use std::process::ExitCode;
 use std::sync::OnceLock;
 
 use super::containment::{self, HookCgroup};
-use super::stub::Stub;
+use super::stub::{AwaitedCommand, Stub};
 use super::subreaper;
 
 pub const SUBCOMMAND: &str = "hook-guard";
@@ -71,17 +71,6 @@ pub const KILL_SIGNAL: Signal = Signal::SIGUSR2;
 
 /// The fenced hook's cgroup, once created (cgroup mode): whoever kills needs it.
 static HOOK_CGROUP: OnceLock<HookCgroup> = OnceLock::new();
-
-/// What a guard started ahead of time (`--await-command`) reads as the first line of its
-/// stdin, as JSON; fence deadlines follow on the same pipe.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub struct AwaitedCommand {
-    pub argv: Vec<String>,
-    /// Set for the program on top of the guard's own environment.
-    pub env: Vec<(String, String)>,
-    /// The first kill deadline, CLOCK_BOOTTIME nanoseconds.
-    pub fence_until: u64,
-}
 
 /// A leader-scoped hook's first kill deadline and where newer ones come from.
 pub struct Fence {

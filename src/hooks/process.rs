@@ -14,7 +14,7 @@ use tokio_util::codec::{FramedRead, LinesCodec};
 use tracing::{info, warn};
 
 use super::containment::{self, Containment, HookCgroup};
-use super::guard;
+use super::{guard, stub};
 
 /// Longer lines are cut; a hook cannot make leaderd buffer without bound.
 const MAX_LINE: usize = 8 * 1024;
@@ -267,7 +267,7 @@ impl WarmGuard {
             program: argv.first().cloned().unwrap_or_default(),
             source,
         };
-        let command = guard::AwaitedCommand {
+        let command = stub::AwaitedCommand {
             argv: argv.to_vec(),
             env: env.to_vec(),
             fence_until: boottime_at(fence),

@@ -20,7 +20,17 @@ use std::io::{BufRead, Write};
 use std::os::unix::process::CommandExt;
 
 use super::containment::HookCgroup;
-use super::guard::AwaitedCommand;
+
+/// What a guard started ahead of time (`--await-command`) reads as the first line of its
+/// stdin, as JSON; fence deadlines follow on the same pipe.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct AwaitedCommand {
+    pub argv: Vec<String>,
+    /// Set for the program on top of the guard's own environment.
+    pub env: Vec<(String, String)>,
+    /// The first kill deadline, CLOCK_BOOTTIME nanoseconds.
+    pub fence_until: u64,
+}
 
 /// The guard's end of a stub.
 pub struct Stub {
