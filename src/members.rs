@@ -87,13 +87,15 @@ pub fn spawn(
 pub(crate) async fn run<S: ControlStore>(
     mut record: MemberRecord,
     mut store: S,
-    status: watch::Receiver<Status>,
+    mut status: watch::Receiver<Status>,
     mut standing: watch::Receiver<Standing>,
     mut stopping: watch::Receiver<bool>,
     preempt_after: Duration,
 ) {
     let mut fresh = true;
     let mut records = 0u32;
+    // The leader last judged for preemption.
+    let mut judged: Option<String> = None;
     loop {
         let stops = *stopping.borrow_and_update();
         let now = member_standing(&standing.borrow_and_update(), stops);
@@ -129,16 +131,40 @@ pub(crate) async fn run<S: ControlStore>(
         // A change of standing is recorded at once (a failing check, a stop), not a
         // period later.
         // A closed channel drops out of the wait (its branch is disabled), so that the
-        // other one is still heard.
+        // others are still heard. A new leader is judged for preemption at once, not a
+        // period later.
+        let preempting = !preempt_after.is_zero() && record.candidate();
+        let leader = status.borrow_and_update().leader.clone();
+        let judged = leader.clone().or(judged.take());
         tokio::select! {
             biased;
             Ok(()) = stopping.changed() => {}
             Ok(()) = standing.changed() => {}
+            Ok(()) = new_leader(&mut status, judged.as_deref(), &record.node_id), if preempting => {}
             _ = tokio::time::sleep(next) => {}
         }
         if status.has_changed().is_err() && !*stopping.borrow() {
             // The election has ended.
             return;
+        }
+    }
+}
+
+/// Resolves when `status` names a leader other than `judged` (the one last judged for
+/// preemption) and `me`; moments without a leader do not count, so a flapping election
+/// costs no records. An error once the election has ended.
+async fn new_leader(
+    status: &mut watch::Receiver<Status>,
+    judged: Option<&str>,
+    me: &str,
+) -> Result<(), watch::error::RecvError> {
+    loop {
+        status.changed().await?;
+        let now = status.borrow_and_update();
+        if let Some(leader) = now.leader.as_deref() {
+            if Some(leader) != judged && leader != me {
+                return Ok(());
+            }
         }
     }
 }
@@ -208,7 +234,8 @@ async fn preempt<S: ControlStore>(
         Ok(members) => members,
         Err(error) => {
             debug!(%error, "could not read the members for preemption");
-            return None;
+            // Soon again, not a period later.
+            return Some(RETRY_AFTER);
         }
     };
     if let Err(later) = should_preempt(&members, &me.node_id, &leader, preempt_after) {
@@ -226,8 +253,8 @@ async fn preempt<S: ControlStore>(
         .hold_preemption(&me.election, &leader, preempt_after * 2)
         .await
     {
-        warn!(%error, "could not hold off the leader's preemption; not preempting");
-        return None;
+        warn!(%error, "could not hold off the leader's preemption; not preempting yet");
+        return Some(RETRY_AFTER);
     }
     let to = StepDownRequest::Handover { to: &me.node_id };
     match store
@@ -236,7 +263,10 @@ async fn preempt<S: ControlStore>(
     {
         Ok(true) => {}
         Ok(false) => debug!(term, "the term ended before the handover was asked"),
-        Err(error) => warn!(%error, "could not ask for the handover"),
+        Err(error) => {
+            warn!(%error, "could not ask for the handover");
+            return Some(RETRY_AFTER);
+        }
     }
     None
 }

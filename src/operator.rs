@@ -274,7 +274,8 @@ pub async fn step_down(
 /// The steps of `resign` and `handover`, on any store (the simulator runs them too):
 /// read the leader; check that a node could take over; ask (a handover is offered to its
 /// target first, and asked of the leader once the target accepts, which proves it runs
-/// and could lead); hold preemption back to the old leader off; wait for the new leader.
+/// and could lead), having held preemption back to the old leader off; wait for the new
+/// leader.
 /// `progress` hears what was asked, as it happens.
 // The simulator (test builds) runs it.
 #[cfg_attr(not(test), allow(dead_code))]
@@ -339,8 +340,8 @@ pub async fn step_down_in_term<S: ControlStore>(
     if row.pending.resign_term == Some(term) || row.pending.handover_to.is_some() {
         return Ok(StepDownOutcome::SteppingDown { leader, term });
     }
+    let members = store.members(election).await.map_err(read_error)?;
     if !command.force {
-        let members = store.members(election).await.map_err(read_error)?;
         match &command.to {
             Some(to) => {
                 if let Err(why) = check_target(&members, to) {
@@ -360,6 +361,10 @@ pub async fn step_down_in_term<S: ControlStore>(
         (Some(to), false) => StepDownRequest::Offer { to },
         (Some(to), true) => StepDownRequest::Handover { to },
     };
+    // A manual move holds: preemption does not take the lead back to the old leader for
+    // `--hold`. Written before the request: a preemption that sees the new leader must
+    // already find it. The other nodes are held once the target accepted (below).
+    hold_off(store, election, &leader, command.hold, &mut progress).await;
     let asked = store
         .request_step_down(election, &leader, term, request)
         .await
@@ -405,7 +410,6 @@ pub async fn step_down_in_term<S: ControlStore>(
                     return Ok(StepDownOutcome::Ended { leader, term });
                 };
                 let new = new.to_owned();
-                hold_off(store, election, &leader, command.hold, &mut progress).await;
                 return Ok(StepDownOutcome::TookOver {
                     new,
                     term: now.term,
@@ -414,6 +418,12 @@ pub async fn step_down_in_term<S: ControlStore>(
             }
             let offered = now.pending.handover_to.as_deref() == Some(to);
             if offered && now.pending.resign_term == Some(term) {
+                // Accepted: nor does preemption take the lead away from the target.
+                for node in members.iter().map(|m| m.node_id.as_str()) {
+                    if node != to && node != leader {
+                        hold_off(store, election, node, command.hold, &mut progress).await;
+                    }
+                }
                 break;
             }
             if !offered || asked_at.elapsed() > window {
@@ -433,7 +443,6 @@ pub async fn step_down_in_term<S: ControlStore>(
             None => progress(format!("asked {leader:?} (term {term}) to step down")),
         }
     }
-    hold_off(store, election, &leader, command.hold, &mut progress).await;
     let give_up = asked_at + command.wait;
     loop {
         // A failing read is retried until the wait ends: the handover goes on regardless.

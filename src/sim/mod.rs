@@ -479,16 +479,16 @@ async fn step_down(world: Arc<World>, mut store: SimStore, event: usize, to: Opt
             if let Some(to) = &to {
                 world.check_handover_accepted(to, asked_at);
             }
-            world.check_step_down_outcome(event, asked_at, &old, to.as_deref(), Some(new));
+            world.check_step_down_outcome(event, asked_at, &old, to.as_deref(), Some(new), true);
         }
         StepDownOutcome::LedAgain { .. } | StepDownOutcome::NobodyTookOver { .. } => {
             if let Some(to) = &to {
                 world.check_handover_accepted(to, asked_at);
             }
-            world.check_step_down_outcome(event, asked_at, &old, to.as_deref(), None);
+            world.check_step_down_outcome(event, asked_at, &old, to.as_deref(), None, true);
         }
         StepDownOutcome::NotAnswered { .. } | StepDownOutcome::BadTarget { .. } => {
-            world.check_step_down_outcome(event, asked_at, &old, to.as_deref(), None);
+            world.check_step_down_outcome(event, asked_at, &old, to.as_deref(), None, false);
         }
         _ => {}
     }

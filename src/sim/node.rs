@@ -144,6 +144,7 @@ impl Process {
         // them over notifiers at random), which would make a seed's runs differ.
         let (file_status, file_status_seen) = watch::channel(status.borrow().clone());
         let (health_status, health_status_seen) = watch::channel(status.borrow().clone());
+        let (member_status, member_status_seen) = watch::channel(status.borrow().clone());
         spawn(Box::pin(hook_model(
             events,
             hook_requests,
@@ -173,7 +174,7 @@ impl Process {
             Box::pin(crate::members::run(
                 record,
                 members_store,
-                status.clone(),
+                member_status_seen,
                 standing.clone(),
                 stopping_seen,
                 spec.preempt_after,
@@ -228,7 +229,8 @@ impl Process {
                     watcher.trace(&label, describe(&now, watcher.start));
                     watcher.check();
                     file_status.send_replace(now.clone());
-                    health_status.send_replace(now);
+                    health_status.send_replace(now.clone());
+                    member_status.send_replace(now);
                 }
             })
             .abort_handle(),

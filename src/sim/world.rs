@@ -67,10 +67,12 @@ pub(super) const MANUAL_HOLD: Duration = Duration::from_secs(300);
 pub(super) struct State {
     pub(super) db: Db,
     pub(super) truth: Vec<NodeTruth>,
-    /// The nodes an operator moved leadership away from, and when.
+    /// The nodes an operator moved the lead away from (or asked to), and when.
     pub(super) moved_away: BTreeMap<String, Instant>,
     /// The nodes preemption moved leadership away from, and when.
     pub(super) preempted: BTreeMap<usize, Instant>,
+    /// When the members table last showed each node held off preemption.
+    pub(super) held_seen: BTreeMap<usize, Instant>,
     /// The node that acts as leader, and since when.
     pub(super) leading: Option<(usize, Instant)>,
     pub(super) trace: Trace,
@@ -118,6 +120,7 @@ impl World {
                 truth: vec![NodeTruth::default(); nodes],
                 moved_away: BTreeMap::new(),
                 preempted: BTreeMap::new(),
+                held_seen: BTreeMap::new(),
                 leading: None,
                 trace: Trace::default(),
                 processes: Vec::new(),
@@ -346,6 +349,15 @@ impl World {
         };
         let handover = self.scenario.ttl * 2 + self.scenario.interval * 2 + LIVENESS_SLACK;
         let step_down = self.scenario.nodes[leader].step_down;
+        // Whatever holds a node off preemption in the members table (an operator's move,
+        // a lost preemption), as last seen there.
+        for member in state.db.table.members(self.db_clock(now), ELECTION) {
+            if member.no_preempt_for.is_some() {
+                if let Some(node) = self.node_index(&member.node_id) {
+                    state.held_seen.insert(node, now);
+                }
+            }
+        }
         let leader_priority = state.truth[leader].priority;
         for (node, truth) in state.truth.iter().enumerate() {
             let preempt_after = self.scenario.nodes[node].preempt_after;
@@ -360,6 +372,7 @@ impl World {
                 || preempt_after.is_zero()
                 || held(state.moved_away.get(id), MANUAL_HOLD)
                 || held(state.preempted.get(&node), preempt_after * 2)
+                || held(state.held_seen.get(&node), Duration::ZERO)
             {
                 continue;
             }
@@ -486,7 +499,8 @@ impl World {
     }
 
     /// An operator's resign or handover (scheduled event `event`) ended with `new`
-    /// leading (or nobody, `None`).
+    /// leading (or nobody, `None`); `held`: it wrote its hold on `old` (its request was
+    /// written, whatever came of it).
     pub(super) fn check_step_down_outcome(
         &self,
         event: usize,
@@ -494,11 +508,12 @@ impl World {
         old: &str,
         to: Option<&str>,
         new: Option<&str>,
+        held: bool,
     ) {
         let now = Instant::now();
         let disturbed = self.disturbed(asked_at - self.scenario.ttl, now, Some(event));
         let mut state = self.state.lock().unwrap();
-        if new.is_some_and(|new| new != old) {
+        if held {
             state.moved_away.insert(old.to_owned(), now);
         }
         let Some(to) = to else { return };
