@@ -269,6 +269,13 @@ pub fn main() -> ExitCode {
             false => tracing::warn!(variable = fallback.variable, "{fallback}"),
         }
     }
+    if !config.unknown_variables.is_empty() {
+        tracing::warn!(
+            "ignoring environment variables {}: leaderd reads LEADERD_<SECTION>__<KEY> \
+             (two underscores) and sets the hook variables, and these are neither",
+            config.unknown_variables.join(", ")
+        );
+    }
     if let Command::CheckConfig = cli.command {
         print!("{}", config.to_toml_redacted());
         writer.finish();

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::names::{self, KNOWN_KEYS};
 use super::{
     Config, ConfigError, DEFAULT_DATABASE_URL, DEFAULT_STATUS_PATH, EnvFallback, invalid, key_of,
 };
@@ -17,53 +18,6 @@ use crate::hooks::health::HealthCheckConfig;
 use crate::kubernetes::KubernetesConfig;
 use crate::logging::LogFormat;
 use crate::store::{Backend, DatabaseUrl, Pooler};
-
-/// Every key leaderd reads, by section. Anything else is an error, so a typo such as
-/// `election.tll` is caught instead of silently running with the default.
-const KNOWN_KEYS: &[(&str, &[&str])] = &[
-    ("node", &["id"]),
-    (
-        "election",
-        &[
-            "name",
-            "ttl",
-            "interval",
-            "candidate",
-            "health_check",
-            "priority",
-            "preempt_after",
-        ],
-    ),
-    (
-        "database",
-        &[
-            "url",
-            "url_file",
-            "password_file",
-            "connect_timeout",
-            "query_timeout",
-            "migrate",
-            "pooler",
-        ],
-    ),
-    ("status", &["path"]),
-    ("log", &["level", "format"]),
-    ("http", &["listen"]),
-    (
-        "kubernetes",
-        &[
-            "role_label",
-            "pod_name",
-            "namespace",
-            "api_url",
-            "token_file",
-            "ca_file",
-        ],
-    ),
-    ("hooks", crate::hooks::config::HOOK_KEYS),
-];
-
-pub(super) const ENV_PREFIX: &str = "LEADERD_";
 
 #[derive(Debug, Default, Deserialize)]
 struct RawConfig {
@@ -150,6 +104,10 @@ impl Config {
         env: &HashMap<String, String>,
         node_id: Option<&str>,
     ) -> Result<Self, ConfigError> {
+        let strays = names::strays(env);
+        if let Some((variable, meant)) = strays.near_miss {
+            return Err(ConfigError::NearMiss { variable, meant });
+        }
         let mut builder = config::Config::builder();
         if let Some(file) = file {
             builder = builder.add_source(
@@ -189,6 +147,7 @@ impl Config {
         config.hooks = hooks;
         config.health_check = health_check;
         config.env_fallbacks = fallbacks;
+        config.unknown_variables = strays.unknown;
         Ok(config)
     }
 
@@ -304,6 +263,7 @@ impl Config {
             hooks: HooksConfig::default(),
             kubernetes,
             env_fallbacks: Vec::new(),
+            unknown_variables: Vec::new(),
         })
     }
 }
@@ -487,16 +447,17 @@ fn hook_variable_fallbacks(
     taken
 }
 
-/// Names where an unknown key came from: the environment variable, or the file.
-fn origin_of(key: &str, overrides: &HashMap<String, String>, file: Option<&Path>) -> String {
-    let variable = format!("{ENV_PREFIX}{}", key.replace('.', "__")).to_uppercase();
-    match overrides
-        .keys()
-        .find(|name| name.to_uppercase() == variable)
-    {
-        Some(name) => format!("environment variable {name}"),
-        None => file.map_or_else(|| "the environment".to_owned(), |f| f.display().to_string()),
-    }
+/// The environment variable an unknown key came from, if it did: the one that spells it,
+/// or (for an unknown section) one under it.
+fn variable_for<'a>(key: &str, overrides: &'a HashMap<String, String>) -> Option<&'a String> {
+    let variable = names::variable_of(key);
+    let under = format!("{variable}__");
+    let mut names: Vec<&String> = overrides.keys().collect();
+    names.sort();
+    names.into_iter().find(|name| {
+        let name = name.to_uppercase();
+        name == variable || name.starts_with(&under)
+    })
 }
 
 fn reject_unknown_keys(
@@ -505,22 +466,41 @@ fn reject_unknown_keys(
     file: Option<&Path>,
 ) -> Result<(), ConfigError> {
     let top: HashMap<String, config::Value> = merged.clone().try_deserialize()?;
-    let unknown = |key: String| ConfigError::UnknownKey {
-        origin: origin_of(&key, overrides, file),
-        key,
-        known: KNOWN_KEYS
-            .iter()
-            .flat_map(|(section, keys)| keys.iter().map(move |k| format!("{section}.{k}")))
-            .collect::<Vec<_>>()
-            .join(", "),
+    let unknown = |key: String| {
+        let (origin, hint) = match variable_for(&key, overrides) {
+            Some(name) => (
+                format!("environment variable {name}"),
+                names::suggestion(&key, true),
+            ),
+            None => (
+                file.map_or_else(|| "the environment".to_owned(), |f| f.display().to_string()),
+                names::suggestion(&key, false),
+            ),
+        };
+        ConfigError::UnknownKey { key, origin, hint }
     };
-    for (section, value) in top {
+    let mut sections: Vec<_> = top.into_iter().collect();
+    sections.sort_by(|a, b| a.0.cmp(&b.0));
+    for (section, value) in sections {
         let Some((_, keys)) = KNOWN_KEYS.iter().find(|(s, _)| *s == section) else {
-            return Err(unknown(section));
+            // Name a key under it too, so that the variable and the suggestion are whole.
+            let key = match value.into_table() {
+                Ok(table) => match table.keys().min() {
+                    Some(key) => format!("{section}.{key}"),
+                    None => section,
+                },
+                Err(_) => section,
+            };
+            return Err(unknown(key));
         };
         // A section given as a plain value is a type error that deserialization reports.
         if let Ok(table) = value.into_table() {
-            if let Some(key) = table.keys().find(|key| !keys.contains(&key.as_str())) {
+            let mut table_keys: Vec<&String> = table.keys().collect();
+            table_keys.sort();
+            if let Some(key) = table_keys
+                .into_iter()
+                .find(|key| !keys.contains(&key.as_str()))
+            {
                 return Err(unknown(format!("{section}.{key}")));
             }
         }

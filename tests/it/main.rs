@@ -11,6 +11,7 @@ mod control;
 mod faults;
 mod hooks;
 mod lock;
+mod mistakes;
 mod ops;
 mod pooler;
 mod primary;

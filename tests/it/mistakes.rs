@@ -1,0 +1,169 @@
+//! Mistakes that must stop the node rather than run it wrongly, as a user meets them with
+//! the binary: a misspelt `LEADERD_*` variable, and (below) paths and hooks that cannot
+//! work.
+
+use crate::support as common;
+
+use common::leaderd;
+use std::path::PathBuf;
+use std::process::Output;
+
+/// A directory of its own, removed at the end: a command run in it that fell back to the
+/// default SQLite URL would leave `leaderd.sqlite3` there.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new() -> Self {
+        let dir = std::env::temp_dir().join(common::unique("mistakes"));
+        std::fs::create_dir_all(&dir).unwrap();
+        Dir(dir)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn text(output: &Output) -> (Option<i32>, String, String) {
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Every command that reads the configuration, with what it needs to get that far.
+const COMMANDS: &[&[&str]] = &[
+    &["check-config"],
+    &["run"],
+    &["status"],
+    &["status", "--local"],
+    &["migrate"],
+    &["resign"],
+    &["handover", "--to", "b"],
+    &["pause"],
+    &["resume"],
+    &["watch", "--once"],
+    &["lock", "job", "--", "true"],
+    &["wait", "--until", "elected", "--timeout", "1s"],
+];
+
+/// `LEADERD_DATABASE_URL` (one underscore) used to be ignored: the node ran on the default
+/// SQLite file and elected itself. Now every command stops with 78 and names the variable
+/// meant, before it touches any database.
+#[test]
+fn a_near_miss_of_a_configuration_variable_stops_every_command() {
+    let dir = Dir::new();
+    for (variable, meant) in [
+        ("LEADERD_DATABASE_URL", "LEADERD_DATABASE__URL"),
+        ("LEADERD_DATABSE__URL", "LEADERD_DATABASE__URL"),
+        ("LEADERD_ELECTON__TTL", "LEADERD_ELECTION__TTL"),
+        ("LEADERD_STATUS_PATH", "LEADERD_STATUS__PATH"),
+    ] {
+        for args in COMMANDS {
+            let output = leaderd()
+                .args(*args)
+                .current_dir(&dir.0)
+                .env("LEADERD_NODE__ID", "n1")
+                .env(variable, "postgres://127.0.0.1:1/x")
+                .output()
+                .unwrap();
+            let (code, _, stderr) = text(&output);
+            assert_eq!(code, Some(78), "{variable} {args:?}: {stderr}");
+            assert!(
+                stderr.contains(variable) && stderr.contains(&format!("did you mean {meant}?")),
+                "{variable} {args:?}: {stderr}"
+            );
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir(&dir.0).unwrap().collect();
+    assert!(left.is_empty(), "a command touched a database: {left:?}");
+}
+
+/// A misspelt key or section, in the file or the environment: one suggestion, not the
+/// list of every key.
+#[test]
+fn misspelt_keys_and_sections_draw_a_suggestion() {
+    let dir = Dir::new();
+    let file = dir.0.join("leaderd.toml");
+    for (toml, env, expected) in [
+        (
+            "[election]\ntll = \"3s\"\n",
+            None,
+            "unknown configuration key `election.tll`",
+        ),
+        (
+            "[electon]\nttl = \"3s\"\n",
+            None,
+            "did you mean `election.ttl`?",
+        ),
+        (
+            "[election]\nurl = \"x\"\n",
+            None,
+            "did you mean `database.url`?",
+        ),
+        (
+            "",
+            Some(("LEADERD_ELECTION__INTERVALL", "1s")),
+            "did you mean LEADERD_ELECTION__INTERVAL?",
+        ),
+    ] {
+        std::fs::write(&file, toml).unwrap();
+        let mut command = leaderd();
+        command
+            .args(["check-config", "--config"])
+            .arg(&file)
+            .env("LEADERD_NODE__ID", "n1");
+        if let Some((name, value)) = env {
+            command.env(name, value);
+        }
+        let (code, _, stderr) = text(&command.output().unwrap());
+        assert_eq!(code, Some(78), "{toml:?} {env:?}: {stderr}");
+        assert!(stderr.contains(expected), "{toml:?} {env:?}: {stderr}");
+        assert!(!stderr.contains("known keys"), "{stderr}");
+    }
+}
+
+/// The variables leaderd sets for hooks never trip the check; any other unknown `LEADERD_*`
+/// name draws one warning and nothing else.
+#[test]
+fn hook_variables_pass_and_strangers_draw_one_warning() {
+    let hook_variables = [
+        ("LEADERD_EVENT", "elected"),
+        ("LEADERD_ELECTION", "jobs"),
+        ("LEADERD_NODE_ID", "n1"),
+        ("LEADERD_ROLE", "leader"),
+        ("LEADERD_LEADER", "n1"),
+        ("LEADERD_PREVIOUS_LEADER", "n2"),
+        ("LEADERD_TERM", "4"),
+        ("LEADERD_LOCK", "job"),
+        ("LEADERD_HOLDER", "n1:12"),
+    ];
+    let output = leaderd()
+        .arg("check-config")
+        .env("LEADERD_NODE__ID", "n1")
+        .envs(hook_variables)
+        .output()
+        .unwrap();
+    let (code, _, stderr) = text(&output);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("WARN"), "{stderr}");
+    let output = leaderd()
+        .arg("check-config")
+        .env("LEADERD_NODE__ID", "n1")
+        .env("LEADERD_FLAVOUR", "x")
+        .env("LEADERD_COLOUR", "y")
+        .output()
+        .unwrap();
+    let (code, _, stderr) = text(&output);
+    assert_eq!(code, Some(0), "{stderr}");
+    let warnings: Vec<_> = stderr.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].contains("LEADERD_COLOUR, LEADERD_FLAVOUR"),
+        "{stderr}"
+    );
+}
