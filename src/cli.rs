@@ -276,6 +276,14 @@ pub fn main() -> ExitCode {
             config.unknown_variables.join(", ")
         );
     }
+    if let Command::CheckConfig | Command::Run { .. } = cli.command {
+        // What the configuration points at: the status file's directory, the hooks.
+        if let Err(error) = config.preflight() {
+            writer.finish();
+            eprintln!("leaderd: {error}");
+            return ExitCode::from(error.exit_code());
+        }
+    }
     if let Command::CheckConfig = cli.command {
         print!("{}", config.to_toml_redacted());
         writer.finish();

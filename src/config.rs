@@ -4,6 +4,7 @@
 
 mod load;
 mod names;
+mod preflight;
 
 pub use names::is_config_variable;
 

@@ -167,3 +167,120 @@ fn hook_variables_pass_and_strangers_draw_one_warning() {
         "{stderr}"
     );
 }
+
+/// Runs `command` to its end, or for `limit` at most (then kills it: a `run` that started).
+fn output_within(command: &mut std::process::Command, limit: std::time::Duration) -> Output {
+    use std::process::Stdio;
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() && start.elapsed() < limit {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    child.wait_with_output().unwrap()
+}
+
+/// `run` and `check-config` with `env` in a directory of their own, SQLite there.
+fn start(dir: &Dir, args: &[&str], env: &[(&str, String)]) -> (Option<i32>, String, String) {
+    let output = output_within(
+        leaderd()
+            .args(args)
+            .current_dir(&dir.0)
+            .env("LEADERD_NODE__ID", "n1")
+            .env(
+                "LEADERD_DATABASE__URL",
+                format!("sqlite://{}/db.sqlite3", dir.0.display()),
+            )
+            .envs(env.iter().map(|(k, v)| (*k, v))),
+        std::time::Duration::from_secs(10),
+    );
+    text(&output)
+}
+
+/// A status directory that does not exist used to draw one warning while the node led,
+/// withheld its release at stop and exited 0. Now `run` and `check-config` stop with 73
+/// before joining.
+#[test]
+fn an_unwritable_status_directory_stops_run_and_check_config() {
+    let dir = Dir::new();
+    let file = dir.0.join("a-file");
+    std::fs::write(&file, "").unwrap();
+    for path in [dir.0.join("missing/status.json"), file.join("status.json")] {
+        let path = path.display().to_string();
+        for args in [&["run"][..], &["check-config"]] {
+            let (code, _, stderr) = start(&dir, args, &[("LEADERD_STATUS__PATH", path.clone())]);
+            assert_eq!(code, Some(73), "{args:?} {path}: {stderr}");
+            assert!(
+                stderr.contains("status.path") && stderr.contains(&path),
+                "{stderr}"
+            );
+        }
+    }
+    assert!(
+        !dir.0.join("db.sqlite3").exists(),
+        "run joined the election before it stopped"
+    );
+}
+
+/// A hook whose program is missing or not executable stops `run` and `check-config` with
+/// 78, naming the hook, instead of failing with 127 once the node leads.
+#[test]
+fn a_hook_that_cannot_run_stops_run_and_check_config() {
+    let dir = Dir::new();
+    let script = dir.0.join("hook.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    let script = script.display().to_string();
+    let status = (
+        "LEADERD_STATUS__PATH",
+        dir.0.join("status.json").display().to_string(),
+    );
+    let config = dir.0.join("leaderd.toml");
+    let cases = [
+        (
+            "on_elected = [\"/nonexistent/hook\"]".to_owned(),
+            "hooks.on_elected",
+            "No such file",
+        ),
+        (
+            "leader_command = [\"no-such-program-leaderd\", \"x\"]".to_owned(),
+            "hooks.leader_command",
+            "not found in PATH",
+        ),
+        (
+            format!("on_demoted = [\"{script}\"]"),
+            "hooks.on_demoted",
+            "not executable",
+        ),
+    ];
+    for (hook, key, reason) in cases {
+        std::fs::write(&config, format!("[hooks]\n{hook}\n")).unwrap();
+        for args in [&["run", "--config"][..], &["check-config", "--config"]] {
+            let args = [args, &[config.to_str().unwrap()]].concat();
+            let (code, _, stderr) = start(&dir, &args, std::slice::from_ref(&status));
+            assert_eq!(code, Some(78), "{args:?} {hook}: {stderr}");
+            assert!(
+                stderr.contains(key) && stderr.contains(reason),
+                "{key}: {stderr}"
+            );
+        }
+    }
+    // Executable, and found in PATH: accepted.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(
+        &config,
+        format!("[hooks]\non_demoted = [\"{script}\"]\non_elected = [\"true\"]\n"),
+    )
+    .unwrap();
+    let (code, _, stderr) = start(
+        &dir,
+        &["check-config", "--config", config.to_str().unwrap()],
+        &[status],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!dir.0.join("db.sqlite3").exists());
+}
