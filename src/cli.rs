@@ -46,7 +46,8 @@ pub const EXIT_USAGE: u8 = 2;
     about = "Leader election through the SQL database you already have"
 )]
 pub struct Cli {
-    /// TOML configuration file; LEADERD_<SECTION>__<KEY> variables override it.
+    /// TOML configuration file [default: /etc/leaderd/leaderd.toml, if it exists];
+    /// LEADERD_<SECTION>__<KEY> variables override it.
     #[arg(long, short, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Log line format on stderr [default: log.format, else text].
@@ -75,6 +76,8 @@ enum Command {
         /// Read this node's status file instead of asking the database.
         #[arg(long)]
         local: bool,
+        #[command(flatten)]
+        election: ElectionFlag,
     },
     /// Apply the database migrations and exit.
     Migrate,
@@ -89,6 +92,8 @@ enum Command {
     Resign {
         #[command(flatten)]
         step_down: StepDownFlags,
+        #[command(flatten)]
+        election: ElectionFlag,
     },
     /// Hand leadership over to NODE: NODE is offered the lead and accepts it if it runs
     /// and could lead; then the leader steps down as for `resign`, and only NODE may claim
@@ -105,6 +110,8 @@ enum Command {
         to: String,
         #[command(flatten)]
         step_down: StepDownFlags,
+        #[command(flatten)]
+        election: ElectionFlag,
     },
     /// Freeze the election for maintenance: the leader keeps leading, and no node takes a
     /// free or lapsed lease until the pause ends (after --for, or `leaderd resume`).
@@ -112,15 +119,22 @@ enum Command {
         /// How long the pause lasts at most.
         #[arg(long = "for", default_value = "1h", value_parser = humantime::parse_duration)]
         duration: std::time::Duration,
+        #[command(flatten)]
+        election: ElectionFlag,
     },
     /// End a pause.
-    Resume,
+    Resume {
+        #[command(flatten)]
+        election: ElectionFlag,
+    },
     /// Print a JSON line (election, leader, term, paused, at) whenever the leader, the
     /// term or the pause changes, until interrupted.
     Watch {
         /// Print the current state once and exit.
         #[arg(long)]
         once: bool,
+        #[command(flatten)]
+        election: ElectionFlag,
     },
     /// Run COMMAND while holding the lock NAME, and exit with COMMAND's status.
     ///
@@ -150,6 +164,8 @@ enum Command {
     Wait {
         #[command(flatten)]
         args: wait::WaitArgs,
+        #[command(flatten)]
+        election: ElectionFlag,
     },
     /// Validate the configuration and print it, secrets redacted.
     CheckConfig,
@@ -181,6 +197,30 @@ enum Command {
         #[arg(last = true, required_unless_present = "await_command")]
         argv: Vec<String>,
     },
+}
+
+/// `--election NAME`: the operator commands act on this election instead of election.name.
+#[derive(Debug, Clone, clap::Args)]
+struct ElectionFlag {
+    /// The election to act on [default: election.name].
+    #[arg(long = "election", value_name = "NAME")]
+    name: Option<String>,
+}
+
+impl Command {
+    /// The election named by `--election`, if this command has the flag and it was given.
+    fn election(&self) -> Option<&str> {
+        match self {
+            Command::Status { election, .. }
+            | Command::Resign { election, .. }
+            | Command::Handover { election, .. }
+            | Command::Pause { election, .. }
+            | Command::Resume { election }
+            | Command::Watch { election, .. }
+            | Command::Wait { election, .. } => election.name.as_deref(),
+            _ => None,
+        }
+    }
 }
 
 /// The command line without its hidden subcommands, for the completions: clap_complete
@@ -249,7 +289,14 @@ pub fn main() -> ExitCode {
         Command::Run { id } => id.as_deref(),
         _ => None,
     };
-    let config = match Config::load(cli.config.as_deref(), id) {
+    // --config, else the default file if it exists, else none (defaults and variables).
+    let file = cli.config.clone().or_else(crate::config::default_file);
+    let loaded =
+        Config::load(file.as_deref(), id).and_then(|config| match cli.command.election() {
+            Some(name) => config.with_election(name),
+            None => Ok(config),
+        });
+    let config = match loaded {
         Ok(config) => config,
         Err(error) => {
             eprintln!("leaderd: {error}");
@@ -285,6 +332,13 @@ pub fn main() -> ExitCode {
         }
     }
     if let Command::CheckConfig = cli.command {
+        match &file {
+            Some(file) => println!("# read {}", file.display()),
+            None => println!(
+                "# no configuration file (no --config, and {} does not exist)",
+                crate::config::default_path().display()
+            ),
+        }
         print!("{}", config.to_toml_redacted());
         writer.finish();
         return ExitCode::SUCCESS;
@@ -300,23 +354,25 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Run { id } => {
                 let source = ConfigSource {
-                    file: cli.config.clone(),
+                    file: file.clone(),
                     node_id: id,
                 };
                 done(daemon::run(config, source, log).await)
             }
-            Command::Status { json, local: true } => Ok(local_status(&config, json)),
+            Command::Status {
+                json, local: true, ..
+            } => Ok(local_status(&config, json)),
             Command::Status { json, .. } => done(status(config, json).await),
             Command::Migrate => done(migrate(config).await),
-            Command::Resign { step_down } => {
+            Command::Resign { step_down, .. } => {
                 Ok(operator::step_down(&config, step_down.command(None)).await?)
             }
-            Command::Handover { to, step_down } => {
+            Command::Handover { to, step_down, .. } => {
                 Ok(operator::step_down(&config, step_down.command(Some(to))).await?)
             }
-            Command::Pause { duration } => Ok(operator::pause(&config, duration).await?),
-            Command::Resume => Ok(operator::resume(&config).await?),
-            Command::Watch { once } => {
+            Command::Pause { duration, .. } => Ok(operator::pause(&config, duration).await?),
+            Command::Resume { .. } => Ok(operator::resume(&config).await?),
+            Command::Watch { once, .. } => {
                 let stop = signals::shutdown_signal().context("cannot install signal handlers")?;
                 Ok(operator::watch(&config, once, stop).await?)
             }
@@ -327,7 +383,7 @@ pub fn main() -> ExitCode {
                 command,
                 ..
             } => lock(config, &name, ttl, cron, command).await,
-            Command::Wait { args } => wait::wait(config, args).await,
+            Command::Wait { args, .. } => wait::wait(config, args).await,
             Command::CheckConfig
             | Command::HookGuard { .. }
             | Command::Completions { .. }

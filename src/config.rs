@@ -182,10 +182,44 @@ impl fmt::Display for EnvFallback {
     }
 }
 
+/// The file read when no `--config` is given, if it exists (where the package puts it).
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/leaderd/leaderd.toml";
+/// Names another default file (tests; other layouts); empty: no default file.
+pub const DEFAULT_CONFIG_VARIABLE: &str = "LEADERD_DEFAULT_CONFIG";
+
+/// The default configuration file: `$LEADERD_DEFAULT_CONFIG`, else
+/// [`DEFAULT_CONFIG_PATH`].
+pub fn default_path() -> PathBuf {
+    std::env::var_os(DEFAULT_CONFIG_VARIABLE)
+        .map_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH), PathBuf::from)
+}
+
+/// The file to read when no `--config` is given: the default one, if it exists.
+pub fn default_file() -> Option<PathBuf> {
+    Some(default_path()).filter(|path| !path.as_os_str().is_empty() && path.exists())
+}
+
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://leaderd.sqlite3";
 pub const DEFAULT_STATUS_PATH: &str = "leaderd.status.json";
 
 impl Config {
+    /// This configuration for another election (`--election NAME`), checked by the
+    /// election's rules.
+    pub fn with_election(mut self, name: &str) -> Result<Self, ConfigError> {
+        crate::election::ElectionSettings::new(name, &self.node_id, self.ttl, self.interval)
+            .map_err(|error| match ConfigError::from(error) {
+                ConfigError::Invalid { value, reason, .. } => ConfigError::Invalid {
+                    key: "--election",
+                    value,
+                    reason,
+                },
+                other => other,
+            })?;
+        self.election = name.to_owned();
+        self.env_fallbacks.retain(|f| f.key != "election.name");
+        Ok(self)
+    }
+
     /// The effective configuration as TOML, with the database password redacted.
     pub fn to_toml_redacted(&self) -> String {
         let d = |d: Duration| humantime::format_duration(d).to_string();

@@ -68,8 +68,14 @@ pub(super) const HOOK_VARIABLES: &[&str] = &[
 ];
 
 /// Other `LEADERD_*` variables with a documented meaning that are not configuration keys:
-/// the test suite's own (docs/testing.md).
-pub(super) const OTHER_VARIABLES: &[&str] = &["LEADERD_OLD_RELEASE", "LEADERD_FAULT_SEED"];
+/// the default configuration file's path, and the test suite's own (docs/testing.md).
+pub(super) const OTHER_VARIABLES: &[&str] = &[
+    super::DEFAULT_CONFIG_VARIABLE,
+    "LEADERD_OLD_RELEASE",
+    "LEADERD_FAULT_SEED",
+    "LEADERD_KUBERNETES_VALIDATE",
+    "LEADERD_PROMTOOL",
+];
 
 /// Prefixes of the test suite's variables (the simulator's `LEADERD_SIM_SEED`, …).
 const OTHER_PREFIXES: &[&str] = &["LEADERD_SIM_"];

@@ -284,3 +284,74 @@ fn a_hook_that_cannot_run_stops_run_and_check_config() {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(!dir.0.join("db.sqlite3").exists());
 }
+
+/// Without `--config`, every command reads the default file if it exists
+/// (`/etc/leaderd/leaderd.toml`; `LEADERD_DEFAULT_CONFIG` names another for this test), and
+/// `check-config` says which file it read. Before, a bare `leaderd status` on a host with
+/// the package created `./leaderd.sqlite3` and failed with "no such table".
+#[test]
+fn the_default_file_is_read_and_operator_commands_take_election() {
+    let dir = Dir::new();
+    let cwd = Dir::new();
+    let file = dir.0.join("leaderd.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[node]\nid = \"n1\"\n[election]\nname = \"jobs\"\n[database]\nurl = \"sqlite://{}/db.sqlite3\"\n[status]\npath = \"{}/status.json\"\n",
+            dir.0.display(),
+            dir.0.display()
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str], default: &std::path::Path| {
+        let output = leaderd()
+            .args(args)
+            .current_dir(&cwd.0)
+            .env("LEADERD_DEFAULT_CONFIG", default)
+            .output()
+            .unwrap();
+        text(&output)
+    };
+    let (code, stdout, stderr) = run(&["check-config"], &file);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.starts_with(&format!("# read {}\n", file.display())),
+        "{stdout}"
+    );
+    assert!(stdout.contains("name = \"jobs\""), "{stdout}");
+    let (code, _, stderr) = run(&["migrate"], &file);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, stdout, stderr) = run(&["status", "--json"], &file);
+    assert_eq!(code, Some(0), "{stderr}");
+    let status: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(status["election"], "jobs", "{stdout}");
+    // --election NAME, on each operator command.
+    let (code, _, stderr) = run(&["pause", "--for", "1m", "--election", "other"], &file);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, stdout, stderr) = run(&["status", "--json", "--election", "other"], &file);
+    assert_eq!(code, Some(0), "{stderr}");
+    let status: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        (&status["election"], &status["paused"]),
+        (&"other".into(), &true.into()),
+        "{stdout}"
+    );
+    let (code, stdout, _) = run(&["status", "--json"], &file);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("\"paused\": false"), "{stdout}");
+    let (code, _, stderr) = run(&["resume", "--election", "other"], &file);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, stdout, stderr) = run(&["watch", "--once", "--election", "other"], &file);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("\"election\":\"other\""), "{stdout}");
+    let (code, _, stderr) = run(&["status", "--election", ""], &file);
+    assert_eq!(code, Some(78), "{stderr}");
+    assert!(stderr.contains("--election = \"\""), "{stderr}");
+    // No default file: said so, and nothing read.
+    let missing = dir.0.join("missing.toml");
+    let (code, stdout, stderr) = run(&["check-config"], &missing);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.starts_with("# no configuration file"), "{stdout}");
+    let left: Vec<_> = std::fs::read_dir(&cwd.0).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
