@@ -10,6 +10,7 @@ use tracing::info;
 
 use crate::config::{Config, ConfigError};
 use crate::daemon::{self, ConfigSource, store};
+use crate::duration;
 use crate::election::Role;
 use crate::election::settings::id_with_suffix;
 use crate::hooks::{self, HookContext};
@@ -117,7 +118,7 @@ enum Command {
     /// free or lapsed lease until the pause ends (after --for, or `leaderd resume`).
     Pause {
         /// How long the pause lasts at most.
-        #[arg(long = "for", default_value = "1h", value_parser = humantime::parse_duration)]
+        #[arg(long = "for", default_value = "1h", value_parser = duration::positive)]
         duration: std::time::Duration,
         #[command(flatten)]
         election: ElectionFlag,
@@ -143,7 +144,7 @@ enum Command {
     /// lapse), 69 if the database cannot be used. The flags follow flock(1).
     Lock {
         /// The lease length; it is renewed every third of it.
-        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "30s", value_parser = duration::positive)]
         ttl: std::time::Duration,
         #[command(flatten)]
         cron: LockCronFlags,
@@ -415,11 +416,11 @@ pub fn main() -> ExitCode {
 #[derive(Debug, clap::Args)]
 struct StepDownFlags {
     /// How long to wait for another node to take over.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = duration::positive)]
     wait: std::time::Duration,
     /// How long the leader moved away from may not take the lead back by preemption
     /// (`election.priority`); `0` lets it at once.
-    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "5m", value_parser = duration::zero_or_more)]
     hold: std::time::Duration,
     /// Step down even if no node could take over as far as the members table says
     /// (resign), or without the named node's answer (handover).

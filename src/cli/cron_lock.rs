@@ -10,7 +10,6 @@ use tokio::time::{Instant, sleep_until};
 use tracing::{info, warn};
 
 use super::EXIT_LOCK_HELD;
-use crate::election::settings::MAX_DURATION;
 use crate::lock::LockGuard;
 
 /// The flags `leaderd lock` shares with flock(1), and the hold.
@@ -56,22 +55,14 @@ fn parse_wait(text: &str) -> Result<Duration, String> {
             Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())?
         }
         Ok(_) => return Err("must be zero or more seconds".to_owned()),
-        Err(_) => humantime::parse_duration(text).map_err(|e| {
-            format!("{e}; write seconds (\"10\", \"0.5\") or a duration (\"10s\", \"1m\")")
-        })?,
+        Err(_) => crate::duration::parse(text)
+            .map_err(|e| format!("{e}, or write seconds as flock(1) does (\"10\", \"0.5\")"))?,
     };
-    at_most_a_day(wait)
+    crate::duration::Rule::zero_means("do not wait").check(wait)
 }
 
 fn parse_hold(text: &str) -> Result<Duration, String> {
-    at_most_a_day(humantime::parse_duration(text.trim()).map_err(|e| e.to_string())?)
-}
-
-fn at_most_a_day(duration: Duration) -> Result<Duration, String> {
-    match duration <= MAX_DURATION {
-        true => Ok(duration),
-        false => Err("must be at most a day".to_owned()),
-    }
+    crate::duration::zero_or_more(text)
 }
 
 /// The signals `leaderd lock` receives: passed on to COMMAND while it runs, and counted
@@ -175,6 +166,7 @@ mod tests {
         assert_eq!(parse_wait("1m 30s"), Ok(Duration::from_secs(90)));
         assert!(parse_wait("-1").is_err());
         assert!(parse_wait("ten").unwrap_err().contains("write seconds"));
+        assert!(parse_hold("0").is_ok() && parse_hold("2d").is_err());
         assert!(parse_wait("2days").unwrap_err().contains("at most a day"));
     }
 }

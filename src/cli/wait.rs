@@ -39,7 +39,7 @@ pub(super) struct WaitArgs {
     #[arg(long, value_enum)]
     until: Until,
     /// Give up after this long (exit 75); without it, wait for as long as it takes.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = crate::duration::positive)]
     timeout: Option<Duration>,
 }
 

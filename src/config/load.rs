@@ -9,10 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::names::{self, KNOWN_KEYS};
-use super::{
-    Config, ConfigError, DEFAULT_DATABASE_URL, DEFAULT_STATUS_PATH, EnvFallback, invalid, key_of,
-};
-use crate::election::settings::{self, Setting};
+use super::{Config, ConfigError, DEFAULT_DATABASE_URL, DEFAULT_STATUS_PATH, EnvFallback, invalid};
+use crate::duration::{POSITIVE, Rule};
 use crate::hooks::HooksConfig;
 use crate::hooks::health::HealthCheckConfig;
 use crate::kubernetes::KubernetesConfig;
@@ -178,13 +176,11 @@ impl Config {
                 )
             })?,
         };
-        // 0 turns preemption off.
-        let preempt_after = match raw.election.preempt_after.as_deref().map(str::trim) {
-            Some(text) if humantime::parse_duration(text).is_ok_and(|d| d.is_zero()) => {
-                Duration::ZERO
-            }
-            text => duration("election.preempt_after", text, "10s")?,
-        };
+        let preempt_after = duration_by(
+            "election.preempt_after",
+            raw.election.preempt_after.as_deref().unwrap_or("10s"),
+            Rule::zero_means("preemption off"),
+        )?;
         let database_url = database_url(&raw.database, env.get("CREDENTIALS_DIRECTORY"))?;
         let database_url = match raw.database.pooler.as_deref() {
             None => database_url,
@@ -508,18 +504,12 @@ fn reject_unknown_keys(
     Ok(())
 }
 
+/// A duration key (`default` when unset), by the one set of duration rules.
 fn duration(key: &'static str, text: Option<&str>, default: &str) -> Result<Duration, ConfigError> {
-    let text = text.unwrap_or(default);
-    let value = humantime::parse_duration(text.trim()).map_err(|e| {
-        invalid(
-            key,
-            text,
-            format!("not a duration ({e}); write it like \"1200ms\", \"1s\" or \"1m 30s\""),
-        )
-    })?;
-    // Every duration has the election's bounds; the error's reason is used, under `key`.
-    match settings::check_duration(Setting::Ttl, value) {
-        Ok(()) => Ok(value),
-        Err(error) => Err(invalid(key, text, error.reason(key_of))),
-    }
+    duration_by(key, text.unwrap_or(default), POSITIVE)
+}
+
+fn duration_by(key: &'static str, text: &str, rule: Rule) -> Result<Duration, ConfigError> {
+    rule.parse(text)
+        .map_err(|reason| invalid(key, text, reason))
 }

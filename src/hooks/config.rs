@@ -183,11 +183,9 @@ pub(super) fn duration(key: &str, value: &config::Value) -> Result<Duration, Hoo
         .clone()
         .into_string()
         .map_err(|_| error(key, value, "must be a duration string such as \"30s\""))?;
-    match humantime::parse_duration(text.trim()) {
-        Ok(d) if !d.is_zero() => Ok(d),
-        Ok(_) => Err(error(key, value, "must be greater than zero")),
-        Err(e) => Err(error(key, value, format!("not a duration ({e})"))),
-    }
+    crate::duration::POSITIVE
+        .parse(&text)
+        .map_err(|reason| error(key, value, reason))
 }
 
 pub(super) fn env(

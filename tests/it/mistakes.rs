@@ -355,3 +355,86 @@ fn the_default_file_is_read_and_operator_commands_take_election() {
     let left: Vec<_> = std::fs::read_dir(&cwd.0).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// One set of duration rules for every flag and key: above zero unless zero means
+/// something, at most a day. `pause --for 400d` used to pause for a year and
+/// `pause --for 0` to succeed, while `--hold-at-least 2d` was refused.
+#[test]
+fn every_duration_flag_and_key_has_the_same_bounds() {
+    let dir = Dir::new();
+    let sqlite = format!("sqlite://{}/db.sqlite3", dir.0.display());
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let output = leaderd()
+            .args(args)
+            .current_dir(&dir.0)
+            .env("LEADERD_NODE__ID", "n1")
+            .env("LEADERD_DATABASE__URL", &sqlite)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        text(&output)
+    };
+    for args in [
+        &["pause", "--for", "400d"][..],
+        &["pause", "--for", "0"],
+        &["resign", "--wait", "0"],
+        &["resign", "--hold", "2d"],
+        &["handover", "--to", "b", "--wait", "25h"],
+        &["wait", "--until", "elected", "--timeout", "0"],
+        &["lock", "--ttl", "2d", "job", "--", "true"],
+        &["lock", "--hold-at-least", "2d", "job", "--", "true"],
+        &["lock", "-w", "2d", "job", "--", "true"],
+    ] {
+        let (code, _, stderr) = run(args, &[]);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        let value = args
+            .iter()
+            .find(|a| a.ends_with('d') || a.ends_with('h') || **a == "0");
+        assert!(
+            stderr.contains("must be at most a day")
+                || stderr.contains("must be greater than zero"),
+            "{args:?} {value:?}: {stderr}"
+        );
+    }
+    for (key, value) in [
+        ("LEADERD_ELECTION__PREEMPT_AFTER", "400d"),
+        ("LEADERD_DATABASE__CONNECT_TIMEOUT", "0"),
+        ("LEADERD_DATABASE__QUERY_TIMEOUT", "2d"),
+    ] {
+        let (code, _, stderr) = run(&["check-config"], &[(key, value)]);
+        assert_eq!(code, Some(78), "{key}: {stderr}");
+        assert!(
+            stderr.contains("must be at most a day")
+                || stderr.contains("must be greater than zero"),
+            "{key}: {stderr}"
+        );
+    }
+    let file = dir.0.join("leaderd.toml");
+    std::fs::write(&file, "[hooks]\nshutdown_timeout = \"400d\"\n").unwrap();
+    let (code, _, stderr) = run(&["check-config", "--config", file.to_str().unwrap()], &[]);
+    assert_eq!(code, Some(78), "{stderr}");
+    assert!(
+        stderr.contains("hooks.shutdown_timeout") && stderr.contains("must be at most a day"),
+        "{stderr}"
+    );
+    // Zero where it means something.
+    let (code, _, stderr) = run(
+        &["check-config"],
+        &[("LEADERD_ELECTION__PREEMPT_AFTER", "0")],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, _, stderr) = run(
+        &[
+            "lock",
+            "-w",
+            "0",
+            "--hold-at-least",
+            "0",
+            "job",
+            "--",
+            "true",
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+}
