@@ -438,3 +438,76 @@ fn every_duration_flag_and_key_has_the_same_bounds() {
     );
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+/// Waits until `what` holds of the records, or fails after 15 s.
+async fn until_records(
+    dir: &std::path::Path,
+    what: &str,
+    done: impl Fn(&[common::records::Record]) -> bool,
+) -> Vec<common::records::Record> {
+    let start = std::time::Instant::now();
+    loop {
+        let records = common::records::records(dir);
+        if done(&records) {
+            return records;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(15),
+            "{what}: {records:#?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// A failing on_elected used to be logged while the node stayed leader and started its
+/// leader_command. With `hooks.on_elected_failure` at its default, "step_down", the node
+/// steps down without starting it (running on_demoted), and a node whose on_elected works
+/// takes over; with "ignore", the old behaviour.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_on_elected_steps_down_unless_ignored() {
+    use common::records::{hooks_config, start};
+    use common::{Backend, TestDb};
+    let hooks = r#"
+on_elected = ["sh", "-c", "RECORD elected; test \"$LEADERD_NODE_ID\" != a"]
+on_demoted = ["RECORD", "demoted"]
+leader_command = ["COMMAND"]
+"#;
+    let db = TestDb::new(Backend::Postgres);
+    let settings = hooks_config(&db, hooks);
+    let a = start(&db, &settings, "a", &db.url);
+    until_records(&db.dir, "a is elected", |r| {
+        r.iter().any(|r| r.node == "a" && r.event == "elected")
+    })
+    .await;
+    let b = start(&db, &settings, "b", &db.url);
+    let records = until_records(&db.dir, "b takes over and starts its command", |r| {
+        r.iter().any(|r| r.node == "b" && r.event == "start")
+    })
+    .await;
+    let of_a: Vec<&str> = records
+        .iter()
+        .filter(|r| r.node == "a")
+        .map(|r| r.event.as_str())
+        .collect();
+    assert!(
+        !of_a.contains(&"start"),
+        "a started leader_command: {of_a:?}"
+    );
+    assert!(
+        of_a.contains(&"demoted"),
+        "a never ran on_demoted: {of_a:?}"
+    );
+    let log = std::fs::read_to_string(&a.log_path).unwrap();
+    assert!(log.contains("on_elected failed; stepping down"), "{log}");
+    drop((a, b));
+
+    let db = TestDb::new(Backend::Postgres);
+    let settings = hooks_config(&db, &format!("on_elected_failure = \"ignore\"\n{hooks}"));
+    let a = start(&db, &settings, "a", &db.url);
+    until_records(&db.dir, "a leads anyway and starts its command", |r| {
+        r.iter().any(|r| r.node == "a" && r.event == "start")
+    })
+    .await;
+    let log = std::fs::read_to_string(&a.log_path).unwrap();
+    assert!(log.contains("on_elected failed; leading anyway"), "{log}");
+}
