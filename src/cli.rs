@@ -397,7 +397,11 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("leaderd: {error:#}");
+            // The whole chain, each part once (causes that repeat their source's text).
+            eprintln!(
+                "leaderd: {}",
+                crate::store::error_text::chain(error.as_ref())
+            );
             if error.chain().any(|e| e.is::<StoreError>()) {
                 ExitCode::from(EXIT_UNAVAILABLE)
             } else if error
@@ -462,12 +466,10 @@ struct ElectionReport<'a> {
 async fn status(config: Config, json: bool) -> anyhow::Result<()> {
     // Reads only, so that a role that may only SELECT can ask.
     let mut store = store(&config, false).read_only();
-    let row = store.get(&config.election).await.with_context(|| {
-        format!(
-            "cannot read election {:?} (has `leaderd migrate` run?)",
-            config.election
-        )
-    })?;
+    let row = store
+        .get(&config.election)
+        .await
+        .with_context(|| format!("cannot read election {:?}", config.election))?;
     let ms = |d: std::time::Duration| d.as_millis() as u64;
     let report = ElectionReport {
         election: &config.election,

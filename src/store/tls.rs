@@ -621,17 +621,17 @@ fn postgres_local_only(config: &tokio_postgres::Config) -> bool {
             .all(|host| matches!(host, tokio_postgres::config::Host::Unix(_)))
 }
 
-fn connect_error(url: &DatabaseUrl, source: diesel::ConnectionError) -> StoreError {
+fn connect_error(url: &DatabaseUrl, cause: diesel::ConnectionError) -> StoreError {
     StoreError::Connect {
         url: url.redacted(),
-        source,
+        cause,
     }
 }
 
-fn tls_error(url: &DatabaseUrl, source: TlsError) -> StoreError {
+fn tls_error(url: &DatabaseUrl, cause: TlsError) -> StoreError {
     StoreError::Tls {
         url: url.redacted(),
-        source: Box::new(source),
+        cause: Box::new(cause),
     }
 }
 
@@ -650,7 +650,8 @@ pub async fn connect_postgres(url: &DatabaseUrl) -> Result<AsyncPgConnection, St
     let bad_connection = |error: tokio_postgres::Error| {
         let message = match error.as_db_error() {
             Some(db) => db.to_string(),
-            None => error.to_string(),
+            // The root cause (refused, no such host, unreachable) is in the chain only.
+            None => super::error_text::chain(&error),
         };
         connect_error(url, diesel::ConnectionError::BadConnection(message))
     };
@@ -869,7 +870,7 @@ fn mysql_failure(
         Some(tls) => tls_error(url, tls),
         None => connect_error(
             url,
-            diesel::ConnectionError::BadConnection(error.to_string()),
+            diesel::ConnectionError::BadConnection(super::error_text::chain(error)),
         ),
     }
 }

@@ -8,6 +8,7 @@ mod support;
 mod cli;
 mod cluster;
 mod control;
+mod errors;
 mod faults;
 mod hooks;
 mod lock;
