@@ -639,13 +639,20 @@ fn tls_error(url: &DatabaseUrl, cause: TlsError) -> StoreError {
 /// `target_session_attrs` are tokio-postgres's own, so multi-host URLs work as they do
 /// there.
 pub async fn connect_postgres(url: &DatabaseUrl) -> Result<AsyncPgConnection, StoreError> {
-    let (rest, params) = split(url.expose(), Backend::Postgres).map_err(|e| tls_error(url, e))?;
+    let (rest, params) = split(url.address(), Backend::Postgres).map_err(|e| tls_error(url, e))?;
     let mut config = tokio_postgres::Config::from_str(&rest).map_err(|error| {
         connect_error(
             url,
             diesel::ConnectionError::InvalidConnectionUrl(error.to_string()),
         )
     })?;
+    // The credentials as fields, never through the URL text (see `DatabaseUrl`).
+    if let Some(user) = url.user() {
+        config.user(user);
+    }
+    if let Some(password) = url.password() {
+        config.password(password);
+    }
     // A server's refusal reads "db error" alone; its own message says what is wrong.
     let bad_connection = |error: tokio_postgres::Error| {
         let message = match error.as_db_error() {
@@ -808,7 +815,7 @@ static MYSQL_PLAIN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 /// Opens a MySQL/MariaDB connection with the URL's TLS settings, set up as diesel-async
 /// sets up its own (CLIENT_FOUND_ROWS, no driver statement cache).
 pub async fn connect_mysql(url: &DatabaseUrl) -> Result<AsyncMysqlConnection, StoreError> {
-    let (rest, params) = split(url.expose(), Backend::Mysql).map_err(|e| tls_error(url, e))?;
+    let (rest, params) = split(url.address(), Backend::Mysql).map_err(|e| tls_error(url, e))?;
     let opts = mysql_async::Opts::from_url(&rest).map_err(|error| {
         connect_error(
             url,
@@ -817,7 +824,10 @@ pub async fn connect_mysql(url: &DatabaseUrl) -> Result<AsyncMysqlConnection, St
     })?;
     let host = opts.ip_or_hostname().to_owned();
     let local = opts.socket().is_some();
+    // The credentials as fields, never through the URL text (see `DatabaseUrl`).
     let builder = mysql_async::OptsBuilder::from_opts(opts)
+        .user(url.user())
+        .pass(url.password())
         .stmt_cache_size(0)
         .client_found_rows(true);
     let known_plain = MYSQL_PLAIN
