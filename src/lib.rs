@@ -46,6 +46,7 @@ pub(crate) mod logging;
 pub(crate) mod members;
 pub(crate) mod metrics;
 pub(crate) mod operator;
+pub(crate) mod outage;
 pub(crate) mod signals;
 #[cfg(test)]
 mod sim;

@@ -234,3 +234,51 @@ fn user_names_and_passwords_with_url_characters_connect() {
         }
     }
 }
+
+/// A database outage is logged while it lasts, at most once per 10 s, with the error of the
+/// failing rounds and their count; before, a 20 s outage logged one warning and then
+/// nothing until "database reachable again failures=23".
+#[tokio::test(flavor = "multi_thread")]
+async fn an_outage_is_logged_while_it_lasts_at_a_limited_rate() {
+    use common::proxy::{Mode, Proxy};
+    use common::{Backend, Node, NodeSettings, Sampler, StatusFile, TestDb};
+    use std::time::{Duration, Instant};
+    let db = TestDb::new(Backend::Postgres);
+    let proxy = Proxy::start(db.server_addr()).await;
+    let node = Node::start(&db, &NodeSettings::default(), "a", &db.url_via(proxy.addr));
+    let mut sampler = Sampler::new();
+    sampler
+        .until(&[&node], Duration::from_secs(15), "a leads", |s| {
+            s[0].as_ref().is_some_and(StatusFile::is_leader)
+        })
+        .await;
+    proxy.set(Mode::Drop);
+    let cut = Instant::now();
+    node.wait_log("database round failed; retrying", Duration::from_secs(10))
+        .await;
+    node.wait_log("database still failing after", Duration::from_secs(15))
+        .await;
+    // Twelve seconds of outage in all: one line after the first, not one per round.
+    tokio::time::sleep(Duration::from_secs(12).saturating_sub(cut.elapsed())).await;
+    proxy.set(Mode::Pass);
+    node.wait_log("database reachable again", Duration::from_secs(10))
+        .await;
+    let log = node.log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("database still failing after"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(
+        lines[0].contains("error=") && lines[0].contains("failures="),
+        "{}",
+        lines[0]
+    );
+    let failures: u64 = lines[0]
+        .split("failures=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{}", lines[0]));
+    assert!(failures >= 5, "{}", lines[0]);
+}
