@@ -305,7 +305,13 @@ pub fn main() -> ExitCode {
         }
     };
     let level = match &cli.command {
-        // A cron job's mail should hold the job's output, not leaderd's.
+        // A cron job's mail should hold the job's output, not leaderd's; with -q, nothing
+        // of leaderd's unless it failed.
+        Command::Lock {
+            verbose: false,
+            cron,
+            ..
+        } if cron.quiet => "error",
         Command::Lock { verbose: false, .. } => "warn",
         _ => &config.log_level,
     };

@@ -27,7 +27,7 @@ pub(super) struct LockCronFlags {
     #[arg(long, short = 'E', value_name = "N", default_value_t = EXIT_LOCK_HELD)]
     pub(super) conflict_exit_code: u8,
     /// Print nothing when the lock is held elsewhere (no cron mail for the hosts that
-    /// did not run the job).
+    /// did not run the job), and nothing of leaderd's own unless it failed.
     #[arg(long, short = 'q')]
     pub(super) quiet: bool,
     /// Keep the lock held until at least this long after it was taken, even if COMMAND

@@ -15,8 +15,9 @@
 //! (1) As in libpq: `require` with a root certificate file given checks the chain like
 //! `verify-ca`. The roots are the system's unless `sslrootcert`/`ssl-ca` names a file.
 //!
-//! A connection that ends up unencrypted is logged once per host and process, as a
-//! warning that names the host (never the URL, which may carry a password).
+//! A connection that ends up unencrypted by default (`prefer`, and the server offers no
+//! TLS) is logged once per host and process, as a warning that names the host (never the
+//! URL, which may carry a password); an explicit `disable` draws no warning.
 
 use diesel_async::{AsyncMysqlConnection, AsyncPgConnection};
 use rustls::client::WebPkiServerVerifier;
@@ -612,15 +613,6 @@ fn postgres_hosts(config: &tokio_postgres::Config) -> String {
     }
 }
 
-/// Whether every host of the configuration is a Unix socket, where TLS does not apply.
-fn postgres_local_only(config: &tokio_postgres::Config) -> bool {
-    !config.get_hosts().is_empty()
-        && config
-            .get_hosts()
-            .iter()
-            .all(|host| matches!(host, tokio_postgres::config::Host::Unix(_)))
-}
-
 fn connect_error(url: &DatabaseUrl, cause: diesel::ConnectionError) -> StoreError {
     StoreError::Connect {
         url: url.redacted(),
@@ -668,9 +660,7 @@ pub async fn connect_postgres(url: &DatabaseUrl) -> Result<AsyncPgConnection, St
             .connect(tokio_postgres::NoTls)
             .await
             .map_err(bad_connection)?;
-        if !postgres_local_only(&config) {
-            warn_unencrypted(&postgres_hosts(&config), "sslmode=disable", &POSTGRES);
-        }
+        // Asked for in so many words: no warning.
         return pooler::hand_over(client, connection, url.pooler())
             .await
             .map_err(|e| connect_error(url, e));
@@ -858,12 +848,13 @@ pub async fn connect_mysql(url: &DatabaseUrl) -> Result<AsyncMysqlConnection, St
         }
         Err(error) => return Err(mysql_failure(url, &error, &host, &params)),
     };
-    if !encrypted && !local {
-        let why = match params.mode {
-            Mode::Disable => "ssl-mode=DISABLED",
-            _ => "ssl-mode=PREFERRED and the server offers no TLS",
-        };
-        warn_unencrypted(&host, why, &MYSQL);
+    // An explicit ssl-mode=DISABLED asked for it in so many words: no warning.
+    if !encrypted && !local && params.mode != Mode::Disable {
+        warn_unencrypted(
+            &host,
+            "ssl-mode=PREFERRED and the server offers no TLS",
+            &MYSQL,
+        );
     }
     AsyncMysqlConnection::try_from(conn)
         .await

@@ -282,3 +282,39 @@ async fn an_outage_is_logged_while_it_lasts_at_a_limited_rate() {
         .unwrap_or_else(|| panic!("{}", lines[0]));
     assert!(failures >= 5, "{}", lines[0]);
 }
+
+/// `lock -q` prints nothing of leaderd's own unless it failed (MariaDB's "not encrypted"
+/// warning came on every run), and an explicit `ssl-mode=DISABLED` or `sslmode=disable`
+/// draws no warning at all.
+#[test]
+fn lock_q_is_quiet_and_an_explicit_disable_draws_no_warning() {
+    use common::{Backend, TestDb};
+    let mysql = TestDb::new(Backend::Mysql);
+    let postgres = TestDb::new(Backend::Postgres);
+    let lock = |url: &str, quiet: bool| {
+        let mut command = leaderd();
+        command.arg("lock");
+        if quiet {
+            command.arg("-q");
+        }
+        let output = command
+            .args(["job", "--", "echo", "ran"])
+            .env("LEADERD_NODE__ID", "n1")
+            .env("LEADERD_DATABASE__URL", url)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{url}");
+        assert_eq!(String::from_utf8_lossy(&output.stdout), "ran\n");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    // The shared MariaDB offers no TLS: the default (PREFERRED) warns, once per run.
+    let stderr = lock(&mysql.url, false);
+    assert!(stderr.contains("not encrypted"), "{stderr}");
+    assert_eq!(lock(&mysql.url, true), "");
+    for url in [
+        format!("{}?ssl-mode=DISABLED", mysql.url),
+        format!("{}?sslmode=disable", postgres.url),
+    ] {
+        assert_eq!(lock(&url, false), "", "{url}");
+    }
+}
