@@ -316,7 +316,11 @@ impl Supervisor {
                 current,
                 term,
             } => {
-                self.previous_leader = previous;
+                // The leader before the current one, over a spell without one: followers
+                // that see b, then no one, then a, keep b as a's previous leader.
+                if previous.is_some() {
+                    self.previous_leader = previous;
+                }
                 self.leader = current;
                 self.term = term.or(self.term);
                 if let Some(command) = self.config.on_leader_change.clone() {

@@ -318,3 +318,112 @@ fn lock_q_is_quiet_and_an_explicit_disable_draws_no_warning() {
         assert_eq!(lock(&url, false), "", "{url}");
     }
 }
+
+/// `wait --until leader` with no status file used to wait in silence; now it says once
+/// that there is none. A timeout names the condition as the flag does, not as the code
+/// does (`gave up waiting for NoLeader`).
+#[test]
+fn wait_says_what_it_waits_for() {
+    use common::{Backend, TestDb};
+    let db = TestDb::new(Backend::Sqlite);
+    let wait = |until: &str| {
+        let output = leaderd()
+            .args(["wait", "--until", until, "--timeout", "1s"])
+            .current_dir(&db.dir)
+            .env("LEADERD_NODE__ID", "n1")
+            .env("LEADERD_DATABASE__URL", &db.url)
+            .env("LEADERD_STATUS__PATH", db.dir.join("none.json"))
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = wait("leader");
+    assert_eq!(code, Some(75), "{stderr}");
+    assert!(stderr.contains("no status file at"), "{stderr}");
+    assert_eq!(stderr.matches("no status file").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("gave up waiting for leader (this node leads) after 1s"),
+        "{stderr}"
+    );
+    let migrated = leaderd()
+        .arg("migrate")
+        .env("LEADERD_DATABASE__URL", &db.url)
+        .output()
+        .unwrap();
+    assert!(migrated.status.success());
+    let (code, stderr) = wait("elected");
+    assert_eq!(code, Some(75), "{stderr}");
+    assert!(
+        stderr.contains("gave up waiting for elected (someone leads)"),
+        "{stderr}"
+    );
+}
+
+/// Hooks see LEADERD_PREVIOUS_LEADER as the leader before the current one, across a
+/// spell without a leader: an observer that sees a, then no one, then b, gives b's
+/// previous leader as a (it was empty). And a passing health check is no INFO line.
+#[tokio::test(flavor = "multi_thread")]
+async fn previous_leader_survives_a_gap_and_passing_checks_are_quiet() {
+    use common::{Backend, Node, NodeSettings, Sampler, StatusFile, TestDb};
+    use std::time::Duration;
+    let db = TestDb::new(Backend::Postgres);
+    let file = db.dir.join("hooks.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[election.health_check]\ncommand = [\"true\"]\ninterval = \"200ms\"\n\
+             [hooks]\non_leader_change = [\"sh\", \"-c\", \"echo \\\"$LEADERD_LEADER $LEADERD_PREVIOUS_LEADER\\\" >> {}/changes.$LEADERD_NODE_ID\"]\n",
+            db.dir.display()
+        ),
+    )
+    .unwrap();
+    let settings = NodeSettings {
+        config_file: Some(file),
+        ..NodeSettings::default()
+    };
+    let info = [("RUST_LOG", "leaderd=info")];
+    let a = Node::start_with_env(&db, &settings, "a", &db.url, &info);
+    let mut sampler = Sampler::new();
+    sampler
+        .until(&[&a], Duration::from_secs(15), "a leads", |s| {
+            s[0].as_ref().is_some_and(StatusFile::is_leader)
+        })
+        .await;
+    let c = Node::start_with_env(
+        &db,
+        &settings,
+        "c",
+        &db.url,
+        &[
+            ("RUST_LOG", "leaderd=info"),
+            ("LEADERD_ELECTION__CANDIDATE", "false"),
+        ],
+    );
+    let changes = db.dir.join("changes.c");
+    let lines = || std::fs::read_to_string(&changes).unwrap_or_default();
+    let until = |what: &str, line: &str| {
+        let start = std::time::Instant::now();
+        while !lines().lines().any(|l| l == line) {
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "{what}: {}",
+                lines()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    until("c sees a", "a ");
+    a.signal(nix::sys::signal::Signal::SIGTERM);
+    until("c sees no one", " a");
+    let b = Node::start_with_env(&db, &settings, "b", &db.url, &info);
+    until("c sees b, after a", "b a");
+    let log = a.log() + &c.log() + &b.log();
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("hook finished") && l.contains("health_check")),
+        "{log}"
+    );
+}
