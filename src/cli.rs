@@ -23,6 +23,7 @@ use crate::store::{ControlStore, LeaseStore, StoreError};
 
 mod cron_lock;
 use cron_lock::LockCronFlags;
+mod man;
 mod wait;
 
 /// Configuration errors (sysexits.h EX_CONFIG).
@@ -266,16 +267,16 @@ pub fn main() -> ExitCode {
             clap_complete::generate(*shell, &mut visible_command(), "leaderd", &mut text);
             Some(Ok(text))
         }
-        Command::Man => {
-            let mut text = Vec::new();
-            Some(
-                clap_mangen::Man::new(Cli::command())
-                    .render(&mut text)
-                    .map(|()| text),
-            )
-        }
+        Command::Man => Some(man::render(visible_command())),
         _ => None,
     };
+    if generated.is_some() && (cli.config.is_some() || cli.log_format.is_some()) {
+        eprintln!(
+            "leaderd: --config and --log-format mean nothing to `man` and `completions`, \
+             which print the same text whatever the configuration"
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
     if let Some(text) = generated {
         use std::io::Write;
         return match text.and_then(|text| std::io::stdout().write_all(&text)) {

@@ -12,6 +12,7 @@ mod errors;
 mod faults;
 mod hooks;
 mod lock;
+mod manual;
 mod mistakes;
 mod ops;
 mod pooler;
