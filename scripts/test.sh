@@ -91,6 +91,23 @@ if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then
   fi
 fi
 
+# The HA tests start clusters of their own: a three-member MariaDB Galera cluster
+# (galera-4; rsync for the state transfers), and PostgreSQL under Patroni with etcd.
+if [ ! -e /usr/lib/galera/libgalera_smm.so ] || ! command -v rsync >/dev/null; then
+  echo "installing galera-4 and rsync"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq galera-4 rsync >/dev/null
+fi
+
+if ! command -v patroni >/dev/null || ! command -v etcd >/dev/null; then
+  echo "installing patroni and etcd-server"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patroni etcd-server >/dev/null
+  if [ -d /run/systemd/system ]; then
+    systemctl disable --now etcd.service patroni.service >/dev/null 2>&1 || true
+  fi
+fi
+
 # The Debian package is built with cargo-deb (scripts/package.sh; `cargo install` takes
 # about 1.5 min here, once: it stays in ~/.cargo/bin).
 if ! command -v cargo-deb >/dev/null; then

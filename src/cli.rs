@@ -23,6 +23,7 @@ use crate::store::{ControlStore, LeaseStore, StoreError};
 
 mod cron_lock;
 use cron_lock::LockCronFlags;
+mod locks;
 mod man;
 mod wait;
 
@@ -38,13 +39,15 @@ pub const EXIT_LOCK_LOST: u8 = 76;
 pub const EXIT_FOLLOWER: u8 = 1;
 /// `status --local`: no valid status: unknown role, a stale or missing file.
 pub const EXIT_STATUS_UNKNOWN: u8 = 3;
+/// `lock --hold-at-most`: COMMAND ran too long and was stopped (as timeout(1) exits).
+pub const EXIT_TIMED_OUT: u8 = 124;
 /// `lock`: an invalid lock name (a usage error, as clap reports its own).
 pub const EXIT_USAGE: u8 = 2;
 
 #[derive(Debug, Parser)]
 #[command(
     name = "leaderd",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("LEADERD_COMMIT"), ")"),
     about = "Leader election through the SQL database you already have"
 )]
 pub struct Cli {
@@ -90,7 +93,8 @@ enum Command {
     /// not take the lead back by preemption for --hold. Prints the new leader and exits 0;
     /// exits 4 if there was no leader, 5 if nobody else took over within --wait, 6 if the
     /// election is paused, 7 if no other live, healthy candidate could take over (unless
-    /// --force), 69 if the database cannot be used.
+    /// --force), 8 if the answer to the request was lost (it may have been written: see
+    /// --term), 69 if the database cannot be used.
     Resign {
         #[command(flatten)]
         step_down: StepDownFlags,
@@ -105,7 +109,7 @@ enum Command {
     /// Prints NODE and exits 0 once it leads (or if it leads already); exits 2 if NODE is
     /// unknown, stopped, an observer, unhealthy, or did not accept the offer, 4 if there
     /// was no leader, 5 if NODE did not take over within --wait, 6 if the election is
-    /// paused, 69 if the database cannot be used.
+    /// paused, 8 if the answer to the request was lost, 69 if the database cannot be used.
     Handover {
         /// The node to hand over to (a member: see `leaderd status`).
         #[arg(long, value_name = "NODE")]
@@ -142,7 +146,8 @@ enum Command {
     ///
     /// Exits 75 (or -E N) if another holder has the lock (after --wait, if given), 76 if
     /// the lock was lost while COMMAND ran (COMMAND was stopped before the lease could
-    /// lapse), 69 if the database cannot be used. The flags follow flock(1).
+    /// lapse), 124 if COMMAND ran past --hold-at-most and was stopped, 69 if the database
+    /// cannot be used. The flags follow flock(1).
     Lock {
         /// The lease length; it is renewed every third of it.
         #[arg(long, default_value = "30s", value_parser = duration::positive)]
@@ -152,11 +157,18 @@ enum Command {
         /// Log at the configured level (default: warnings and errors only).
         #[arg(long, short)]
         verbose: bool,
-        /// The lock's name: a row of the election table, like an election's.
+        /// The lock's name; its row in the election table is `lock:NAME` (see
+        /// --election-row).
         name: String,
         /// The command and its arguments.
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
+    },
+    /// List every held lease, locks' and elections': name, kind, holder, term, when last
+    /// renewed and how long it has left, as the database sees it now.
+    Locks {
+        #[command(flatten)]
+        args: locks::LocksArgs,
     },
     /// Block until a condition holds, for scripts; exit 0 then, or 75 at --timeout.
     ///
@@ -373,10 +385,12 @@ pub fn main() -> ExitCode {
             Command::Status { json, .. } => done(status(config, json).await),
             Command::Migrate => done(migrate(config).await),
             Command::Resign { step_down, .. } => {
-                Ok(operator::step_down(&config, step_down.command(None)).await?)
+                let term = step_down.term;
+                Ok(operator::step_down(&config, step_down.command(None), term).await?)
             }
             Command::Handover { to, step_down, .. } => {
-                Ok(operator::step_down(&config, step_down.command(Some(to))).await?)
+                let term = step_down.term;
+                Ok(operator::step_down(&config, step_down.command(Some(to)), term).await?)
             }
             Command::Pause { duration, .. } => Ok(operator::pause(&config, duration).await?),
             Command::Resume { .. } => Ok(operator::resume(&config).await?),
@@ -390,8 +404,15 @@ pub fn main() -> ExitCode {
                 name,
                 command,
                 ..
-            } => lock(config, &name, ttl, cron, command).await,
+            } => cron_lock::recorded(
+                &cron.clone(),
+                &name,
+                lock(config, &name, ttl, cron, command),
+            )
+            .await
+            .map(ExitCode::from),
             Command::Wait { args, .. } => wait::wait(config, args).await,
+            Command::Locks { args } => done(locks::locks(config, args).await),
             Command::CheckConfig
             | Command::HookGuard { .. }
             | Command::Completions { .. }
@@ -409,7 +430,13 @@ pub fn main() -> ExitCode {
                 "leaderd: {}",
                 crate::store::error_text::chain(error.as_ref())
             );
-            if error.chain().any(|e| e.is::<StoreError>()) {
+            let operator_status = error
+                .chain()
+                .find_map(|e| e.downcast_ref::<operator::OperatorError>())
+                .and_then(operator::OperatorError::exit_status);
+            if let Some(status) = operator_status {
+                ExitCode::from(status)
+            } else if error.chain().any(|e| e.is::<StoreError>()) {
                 ExitCode::from(EXIT_UNAVAILABLE)
             } else if error
                 .chain()
@@ -437,6 +464,10 @@ struct StepDownFlags {
     /// (resign), or without the named node's answer (handover).
     #[arg(long)]
     force: bool,
+    /// Only if N is the live term (exit 4 otherwise): repeats a command whose answer was
+    /// lost (exit 8) without asking the next leader too.
+    #[arg(long, value_name = "N")]
+    term: Option<i64>,
 }
 
 impl StepDownFlags {
@@ -568,7 +599,7 @@ async fn lock(
     ttl: std::time::Duration,
     cron: LockCronFlags,
     argv: Vec<String>,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<u8> {
     // Before the lock is taken: a "cgroup" that cannot be had fails without holding it.
     let containment = hooks::resolve_containment(config.hooks.containment)?;
     // Installed first: a signal while waiting ends the wait, and later ones reach COMMAND.
@@ -576,11 +607,16 @@ async fn lock(
     // Unique per invocation: two `leaderd lock` on one host are two holders. A long node
     // id gives way to the pid.
     let holder = id_with_suffix(&config.node_id, &format!(":{}", std::process::id()));
-    let options = match LockOptions::new(name, ttl).and_then(|o| o.holder(&holder)) {
+    if let Err(error) = cron.check() {
+        eprintln!("leaderd: {error}");
+        return Ok(EXIT_USAGE);
+    }
+    let row = cron.row(name);
+    let options = match LockOptions::new(&row, ttl).and_then(|o| o.holder(&holder)) {
         Ok(options) => options,
         Err(error) => {
             eprintln!("leaderd: {error}");
-            return Ok(ExitCode::from(EXIT_USAGE));
+            return Ok(EXIT_USAGE);
         }
     };
     let renew_every = options.renewal_interval();
@@ -594,29 +630,29 @@ async fn lock(
     let acquired = options
         .acquire_unless(store(&config, config.migrate), cron.wait(), interrupt)
         .await;
-    let guard = match acquired {
+    let guard = match acquired.map_err(|error| cron_lock::named(error, name)) {
         Ok(guard) => guard,
         Err(LockError::Cancelled { .. }) => {
             let signal = interrupted.expect("cancelled by a signal");
             eprintln!("leaderd: {signal} while waiting for lock {name:?}; not running the command");
-            return Ok(ExitCode::from(128 + signal as u8));
+            return Ok(128 + signal as u8);
         }
         Err(error @ LockError::Held { .. }) => {
             if !cron.quiet {
                 eprintln!("leaderd: {error}");
             }
-            return Ok(ExitCode::from(cron.conflict_exit_code));
+            return Ok(cron.conflict_exit_code);
         }
         Err(error) => {
             eprintln!("leaderd: {error}");
-            return Ok(ExitCode::from(EXIT_UNAVAILABLE));
+            return Ok(EXIT_UNAVAILABLE);
         }
     };
     if let Some(signal) = interrupted {
         // It came as the lock was taken: honour it rather than lose it.
         let _ = guard.release().await;
         eprintln!("leaderd: {signal} while taking lock {name:?}; not running the command");
-        return Ok(ExitCode::from(128 + signal as u8));
+        return Ok(128 + signal as u8);
     }
     info!(
         lock = name,
@@ -639,20 +675,22 @@ async fn lock(
     };
     let term = guard.term();
     let program = argv[0].clone();
-    let acquired_at = tokio::time::Instant::now();
     let mut signals = cron_lock::Signals::new(signals);
-    let ran = signals
-        .forward_while(|forward| {
-            hooks::run_leased(argv, env, context, term, guard.status(), forward)
-        })
-        .await;
-    if let (Some(hold), Some(_), false) = (cron.hold_at_least, ran.status, ran.fenced) {
-        cron_lock::hold(&guard, name, acquired_at + hold, &mut signals).await;
-    }
+    let (stop, stop_by) = tokio::sync::watch::channel(None);
+    let run = signals.forward_while(|forward| {
+        hooks::run_leased(argv, env, context, term, guard.status(), forward, stop_by)
+    });
+    let (ran, timed_out) = cron_lock::limit(run, &cron, guard.taken_at(), stop).await;
     let still_held = guard.is_held();
-    if let Err(error) = guard.release().await {
-        eprintln!("leaderd: could not release lock {name:?} ({error}); it lapses by itself");
+    if timed_out && still_held {
+        cron_lock::release(guard, name, std::time::Duration::ZERO).await;
+        return Ok(EXIT_TIMED_OUT);
     }
+    let hold = match (cron.hold_at_least, ran.status, ran.fenced) {
+        (Some(hold), Some(_), false) => hold,
+        _ => std::time::Duration::ZERO,
+    };
+    cron_lock::release(guard, name, hold).await;
     use std::os::unix::process::ExitStatusExt;
     match ran.status {
         None if !still_held => {
@@ -660,7 +698,7 @@ async fn lock(
                 "leaderd: lost lock {name:?} (term {term}) before the command could start: \
                  the database did not take a renewal in time"
             );
-            Ok(ExitCode::from(EXIT_LOCK_LOST))
+            Ok(EXIT_LOCK_LOST)
         }
         _ if ran.fenced => {
             eprintln!(
@@ -668,13 +706,13 @@ async fn lock(
                  in time, so the command was stopped before the lease could lapse and another \
                  holder could start"
             );
-            Ok(ExitCode::from(EXIT_LOCK_LOST))
+            Ok(EXIT_LOCK_LOST)
         }
-        Some(status) => Ok(ExitCode::from(match (status.code(), status.signal()) {
+        Some(status) => Ok(match (status.code(), status.signal()) {
             (Some(code), _) => code as u8,
             (None, Some(signal)) => 128 + signal as u8,
             _ => 1,
-        })),
+        }),
         None => anyhow::bail!("could not start {program:?} (the reason is logged above)"),
     }
 }

@@ -19,7 +19,7 @@ use crate::store::{SqlStore, Timeouts};
 use crate::{http, kubernetes, members, signals, status_file, systemd};
 
 /// How long a stopping node waits for its member record to say `stopped`.
-const MEMBER_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const MEMBER_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Where the configuration came from, to read it again on SIGHUP.
 pub struct ConfigSource {
@@ -79,6 +79,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         health: health_gate.as_ref().map(|_| Health::Starting),
     });
     let metrics = Metrics::new(&config.election);
+    metrics.expect_hooks(&config);
     let (rounds_completed, rounds) = watch::channel(0u64);
     // When the last round completed, for /healthz.
     let (round_times, last_round) = watch::channel(None);

@@ -58,6 +58,7 @@
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -65,7 +66,11 @@ use tokio::time::{Instant, sleep_until};
 
 use crate::election::settings::{MAX_DURATION, Setting, SettingsError, id_with_suffix};
 use crate::election::{Election, ElectionSettings, RenewHandle, Role, Status};
-use crate::store::{LeaseStore, StoreError};
+use crate::store::{Commands, LeaseRow, LeaseStore, ProcessToken, StoreError};
+
+/// How `leaderd lock NAME` names its row, `lock:NAME`, so that a lock never takes an
+/// election's row by mistake; an election's name cannot start with it.
+pub const LOCK_ROW_PREFIX: &str = "lock:";
 
 /// The longest a waiting lock goes without reading the row, whatever its ttl.
 const MAX_POLL: Duration = Duration::from_secs(1);
@@ -261,6 +266,11 @@ impl LockOptions {
     {
         let started = Instant::now();
         let give_up_at = started.checked_add(wait);
+        let hold_until = Arc::new(Mutex::new(None));
+        let store = HoldingStore {
+            inner: store,
+            hold_until: Arc::clone(&hold_until),
+        };
         let (mut election, mut status) = Election::new(self.settings()?, store);
         election.single_term();
         if wait.is_zero() {
@@ -276,6 +286,8 @@ impl LockOptions {
             name: self.name.clone(),
             holder: self.holder.clone(),
             term: 0,
+            taken_at: started,
+            hold_until,
             status: status.clone(),
             renew,
             stop: Some(stop),
@@ -312,6 +324,7 @@ impl LockOptions {
                     ..
                 } => {
                     guard.term = term;
+                    guard.taken_at = Instant::now();
                     return Ok(guard);
                 }
                 Status { error: Some(_), .. } => {
@@ -375,6 +388,10 @@ pub struct LockGuard {
     name: String,
     holder: String,
     term: i64,
+    /// When the claim's answer came (after the database took it).
+    taken_at: Instant,
+    /// Set by [`LockGuard::release_holding`]: the release becomes a hold until then.
+    hold_until: Arc<Mutex<Option<Instant>>>,
     status: watch::Receiver<Status>,
     renew: RenewHandle,
     stop: Option<oneshot::Sender<()>>,
@@ -457,6 +474,113 @@ impl LockGuard {
                 source,
             }),
         }
+    }
+}
+
+impl LockGuard {
+    /// [`LockGuard::release`], except that a lock taken less than `hold_for` ago stays
+    /// taken until `hold_for` after it was taken, renewed no more: the rest of the hold is
+    /// written into the row as the lease's end, in one statement guarded by this holder
+    /// and term, and the lease then lapses by the database clock (ShedLock's
+    /// `lockAtLeastFor`). Returns once that statement is answered, so the caller can stop
+    /// at once; nothing may act on the lock after this returns. The hold counts from the
+    /// claim's answer, which came after the database took the claim, so it never ends
+    /// before `hold_for` after the claim by the database clock (clock rates aside).
+    /// `Ok(true)`: held (or released, once `hold_for` has passed); `Ok(false)`: the lease
+    /// was no longer this holder's to keep.
+    pub async fn release_holding(self, hold_for: Duration) -> Result<bool, LockError> {
+        let until = self.taken_at.checked_add(hold_for);
+        *self.hold_until.lock().unwrap_or_else(|e| e.into_inner()) = until;
+        self.release().await
+    }
+
+    /// When the lock was taken (the claim's answer), on the monotonic clock.
+    pub fn taken_at(&self) -> Instant {
+        self.taken_at
+    }
+}
+
+/// The store a lock's election runs on: its release becomes a hold (see
+/// [`LockGuard::release_holding`]) once a hold is set and still ahead.
+struct HoldingStore<S> {
+    inner: S,
+    hold_until: Arc<Mutex<Option<Instant>>>,
+}
+
+impl<S: LeaseStore> LeaseStore for HoldingStore<S> {
+    async fn get(&mut self, name: &str) -> Result<Option<LeaseRow>, StoreError> {
+        self.inner.get(name).await
+    }
+
+    async fn ensure_row(&mut self, name: &str) -> Result<(), StoreError> {
+        self.inner.ensure_row(name).await
+    }
+
+    async fn claim(
+        &mut self,
+        name: &str,
+        holder: &str,
+        token: ProcessToken,
+        ttl: Duration,
+        expected_term: i64,
+    ) -> Result<bool, StoreError> {
+        self.inner
+            .claim(name, holder, token, ttl, expected_term)
+            .await
+    }
+
+    async fn reacquire(
+        &mut self,
+        name: &str,
+        holder: &str,
+        token: ProcessToken,
+        ttl: Duration,
+        term: i64,
+    ) -> Result<bool, StoreError> {
+        self.inner.reacquire(name, holder, token, ttl, term).await
+    }
+
+    async fn renew_seeing(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        term: i64,
+        seen: Commands,
+    ) -> Result<bool, StoreError> {
+        self.inner.renew_seeing(name, holder, ttl, term, seen).await
+    }
+
+    async fn accept_handover(
+        &mut self,
+        name: &str,
+        node: &str,
+        term: i64,
+    ) -> Result<bool, StoreError> {
+        self.inner.accept_handover(name, node, term).await
+    }
+
+    async fn release(&mut self, name: &str, holder: &str, term: i64) -> Result<bool, StoreError> {
+        let until = *self.hold_until.lock().unwrap_or_else(|e| e.into_inner());
+        let left = until.map(|until| until.saturating_duration_since(Instant::now()));
+        match left {
+            Some(left) if !left.is_zero() => self.inner.hold(name, holder, term, left).await,
+            _ => self.inner.release(name, holder, term).await,
+        }
+    }
+
+    async fn hold(
+        &mut self,
+        name: &str,
+        holder: &str,
+        term: i64,
+        left: Duration,
+    ) -> Result<bool, StoreError> {
+        self.inner.hold(name, holder, term, left).await
+    }
+
+    fn release_notifications(&self, name: &str) -> Option<tokio::sync::mpsc::Receiver<()>> {
+        self.inner.release_notifications(name)
     }
 }
 

@@ -1,4 +1,5 @@
-//! Log output: human-readable or JSON lines on stderr, written by a thread of their own.
+//! Log output: human-readable or JSON lines on stderr, or journal fields when stderr is
+//! the journal (`journal.rs`), written by a thread of their own.
 //!
 //! Nothing that logs may wait for stderr: a stalled journald or a pipe nobody reads would
 //! otherwise stop the election loop at its next log line. Lines go through a bounded
@@ -15,6 +16,8 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
+
+mod journal;
 
 /// Lines waiting for stderr before new ones are dropped: several seconds of a busy log.
 /// Hook output lines are at most 8 KiB, so this bounds the queue at 16 MiB; ordinary
@@ -121,12 +124,22 @@ pub fn init(format: LogFormat, level: &str) -> (LogLevel, LogWriter) {
     let filter = from_env
         .or_else(|| EnvFilter::try_new(level).ok())
         .unwrap_or_else(|| EnvFilter::new("info"));
+    // Under systemd, with stderr connected to the journal: journal fields instead of
+    // lines (`journal.rs`), whatever the format.
+    let journal = journal::stderr_is_journal()
+        .then(journal::JournalWriter::new)
+        .and_then(Result::ok);
+    let to_journal = journal.is_some();
+    let output: Box<dyn std::io::Write + Send> = match journal {
+        Some(journal) => Box::new(journal),
+        None => Box::new(std::io::stderr()),
+    };
     // Lossy: a full queue drops the line instead of making the caller wait.
     let (writer, guard) = NonBlockingBuilder::default()
         .lossy(true)
         .buffered_lines_limit(QUEUED_LINES)
         .thread_name("leaderd-log")
-        .finish(std::io::stderr());
+        .finish(output);
     let log_writer = LogWriter {
         drops: Arc::new(Drops {
             writer: writer.error_counter(),
@@ -140,6 +153,15 @@ pub fn init(format: LogFormat, level: &str) -> (LogLevel, LogWriter) {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(writer);
     let set: SetLevel = match format {
+        _ if to_journal => {
+            let builder = builder
+                .with_ansi(false)
+                .event_format(journal::JournalFormat)
+                .with_filter_reloading();
+            let handle = builder.reload_handle();
+            let _ = builder.try_init();
+            Box::new(move |level| reload(&handle, level, pinned))
+        }
         LogFormat::Text => {
             let builder = builder.with_filter_reloading();
             let handle = builder.reload_handle();

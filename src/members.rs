@@ -33,6 +33,9 @@ use crate::store::{
 /// After a failed record, the next try comes this soon (a first start may wait for the
 /// election's connection to migrate the table).
 const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// How long a candidate that outranks the leader leaves the preemption to a better-ranked
+/// one before it asks itself.
+pub const DEFER_TO_BETTER: Duration = Duration::from_secs(20);
 /// Prune gone members every this many records.
 const PRUNE_EVERY: u32 = 6;
 
@@ -125,18 +128,12 @@ pub(crate) async fn run<S: ControlStore>(
         store.disconnect();
         // A change of standing is recorded at once (a failing check, a stop), not a
         // period later.
+        // A closed channel drops out of the wait (its branch is disabled), so that the
+        // other one is still heard.
         tokio::select! {
             biased;
-            changed = stopping.changed() => {
-                if changed.is_err() {
-                    tokio::time::sleep(next).await;
-                }
-            }
-            changed = standing.changed() => {
-                if changed.is_err() {
-                    tokio::time::sleep(next).await;
-                }
-            }
+            Ok(()) = stopping.changed() => {}
+            Ok(()) = standing.changed() => {}
             _ = tokio::time::sleep(next) => {}
         }
         if status.has_changed().is_err() && !*stopping.borrow() {
@@ -150,7 +147,9 @@ pub(crate) async fn run<S: ControlStore>(
 /// now (`Ok`), or when it might (`Err(Some(after))`), or not (`Err(None)`): its priority
 /// is above the leader's and above every other ready candidate's (a tie goes to the
 /// smaller node id), it has been a member for `preempt_after`, and nothing holds its
-/// preemption off.
+/// preemption off. It defers to a better-ranked candidate only for [`DEFER_TO_BETTER`]
+/// past `preempt_after`: that one may have preemption turned off (members do not record
+/// their `preempt_after`), and would otherwise keep the lead with a lower-ranked leader.
 pub fn should_preempt(
     members: &[Member],
     me: &str,
@@ -176,8 +175,9 @@ pub fn should_preempt(
             && (m.priority, std::cmp::Reverse(&m.node_id))
                 > (mine.priority, std::cmp::Reverse(&mine.node_id))
     });
-    if outranked {
-        return Err(None);
+    let deferred_until = preempt_after + DEFER_TO_BETTER;
+    if outranked && mine.member_for < deferred_until {
+        return Err(Some(deferred_until - mine.member_for));
     }
     match preempt_after.checked_sub(mine.member_for) {
         Some(left) if !left.is_zero() => Err(Some(left)),
@@ -271,8 +271,13 @@ mod tests {
         );
         let members = vec![member("a", 5, 100), member("c", 9, 10), member("d", 7, 50)];
         assert_eq!(should_preempt(&members, "c", "a", after), Ok(()));
-        // d is outranked by c, which is ready.
-        assert_eq!(should_preempt(&members, "d", "a", after), Err(None));
+        // d is outranked by c, which is ready: d leaves it to c for a while, then asks
+        // itself (c may have preemption turned off).
+        let d_left = after + DEFER_TO_BETTER - Duration::from_secs(15);
+        let mut recent = members.clone();
+        recent[2].member_for = Duration::from_secs(15);
+        assert_eq!(should_preempt(&recent, "d", "a", after), Err(Some(d_left)));
+        assert_eq!(should_preempt(&members, "d", "a", after), Ok(()));
         let mut held = members.clone();
         held[1].no_preempt_for = Some(Duration::from_secs(3));
         assert_eq!(
@@ -280,6 +285,7 @@ mod tests {
             Err(Some(Duration::from_secs(3)))
         );
         assert_eq!(should_preempt(&held, "d", "a", after), Ok(()));
+        assert_eq!(should_preempt(&recent, "c", "a", after), Ok(()));
         let mut unable = members.clone();
         unable[1].standing = Some(MemberStanding::Unhealthy);
         assert_eq!(should_preempt(&unable, "c", "a", after), Err(None));

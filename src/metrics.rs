@@ -4,7 +4,7 @@
 //!
 //! Every per-election series carries an `election` label (the election's name), so that
 //! one query over a fleet can group by election: `sum by (election)(leaderd_is_leader)`.
-//! Only `log_lines_dropped`, which belongs to the process, has none.
+//! Only `log_lines_dropped` and `build_info`, which belong to the process, have none.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -28,6 +28,18 @@ struct TransitionLabels {
     /// `elected` or `demoted`.
     direction: &'static str,
 }
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    /// The git commit built (`LEADERD_COMMIT` at build time, else `git rev-parse`; see
+    /// build.rs), `unknown` without either.
+    commit: &'static str,
+}
+
+/// leaderd's version and the commit it was built from.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub const COMMIT: &str = env!("LEADERD_COMMIT");
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
@@ -71,6 +83,10 @@ struct Inner {
     hook_duration: HistogramFamily<HookLabels>,
     candidate: Gauge,
     health_check_failing: Gauge,
+    lease_remaining: Gauge<f64, AtomicU64>,
+    /// Until when the lease the node knows of lasts (its own while leader, else the
+    /// leader's): `lease_remaining` is computed from it at each scrape.
+    lease_until: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 /// The node's metrics; cheap to clone.
@@ -87,6 +103,18 @@ impl Metrics {
     /// The metrics of the election named `election` (its `election` label).
     pub fn new(election: &str) -> Metrics {
         let mut root = Registry::with_prefix("leaderd");
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: VERSION,
+                commit: COMMIT,
+            })
+            .set(1);
+        root.register(
+            "build_info",
+            "Always 1; its labels say which version of leaderd runs, built from which commit",
+            build_info,
+        );
         root.register(
             "log_lines_dropped",
             "Log lines dropped because stderr did not take them in time (a stalled journald, \
@@ -111,6 +139,8 @@ impl Metrics {
             hook_duration: Family::new_with_constructor(hook_histogram),
             candidate: Gauge::default(),
             health_check_failing: Gauge::default(),
+            lease_remaining: Gauge::default(),
+            lease_until: std::sync::Mutex::new(None),
             registry: Registry::default(),
         };
         registry.register(
@@ -194,6 +224,19 @@ impl Metrics {
              success since): the node does not claim, and a leader steps down",
             inner.health_check_failing.clone(),
         );
+        registry.register_with_unit(
+            "lease_remaining",
+            "Time left on the lease as this node sees it at the scrape: while leader, until \
+             its own local deadline (it stops acting then unless renewed); as follower, until \
+             the leader's lease lapses unless renewed; 0 with no live lease",
+            Unit::Seconds,
+            inner.lease_remaining.clone(),
+        );
+        // Every kind from the start, at 0: rate() and increase() need the zero before the
+        // first error, and an alert on the counter needs the series to exist.
+        for kind in crate::store::StoreError::KINDS {
+            let _ = inner.db_errors.get_or_create(&ErrorLabels { kind });
+        }
         inner.candidate.set(1);
         Metrics(Arc::new(Inner {
             registry: root,
@@ -231,6 +274,15 @@ impl Metrics {
             loop {
                 let (leader, term, paused) = {
                     let current = status.borrow_and_update();
+                    let until = match current.role {
+                        Role::Leader => current.lease_deadline,
+                        _ => current.leader_lease_until,
+                    };
+                    *metrics
+                        .0
+                        .lease_until
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = until;
                     (current.role == Role::Leader, current.term, current.paused)
                 };
                 let m = &metrics.0;
@@ -269,6 +321,29 @@ impl Metrics {
         })
     }
 
+    /// Serves the run counters of the hooks `config` sets (and the health check) at 0
+    /// from the start, for every outcome: `increase()` over a counter that first appears
+    /// at 1 misses that first failure.
+    pub fn expect_hooks(&self, config: &crate::config::Config) {
+        let hooks = &config.hooks;
+        let configured = [
+            ("on_elected", hooks.on_elected.is_some()),
+            ("on_demoted", hooks.on_demoted.is_some()),
+            ("on_leader_change", hooks.on_leader_change.is_some()),
+            ("while_leader", hooks.while_leader.is_some()),
+            ("leader_command", hooks.leader_command.is_some()),
+            ("health_check", config.health_check.is_some()),
+        ];
+        for (hook, _) in configured.into_iter().filter(|(_, set)| *set) {
+            for outcome in ["success", "failure", "stopped", "not_started"] {
+                let _ = self
+                    .0
+                    .hook_runs
+                    .get_or_create(&HookLabels { hook, outcome });
+            }
+        }
+    }
+
     /// Records a hook run: `outcome` as in the `hook_runs` help.
     pub fn hook_ran(&self, hook: &'static str, outcome: &'static str, took: Duration) {
         let labels = HookLabels { hook, outcome };
@@ -281,6 +356,11 @@ impl Metrics {
 
     /// The Prometheus text exposition (OpenMetrics flavour).
     pub fn encode(&self) -> String {
+        let until = *self.0.lease_until.lock().unwrap_or_else(|e| e.into_inner());
+        let left = until.map_or(Duration::ZERO, |until| {
+            until.saturating_duration_since(tokio::time::Instant::now())
+        });
+        self.0.lease_remaining.set(left.as_secs_f64());
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.0.registry)
             .expect("writing to a String cannot fail");
@@ -341,6 +421,10 @@ mod tests {
             "leaderd_health_check_failing{election=\"billing\"} 0",
             "leaderd_term{election=\"billing\"} 7",
             "leaderd_leadership_transitions_total{election=\"billing\",direction=\"elected\"} 1",
+            "leaderd_database_errors_total{election=\"billing\",kind=\"connect\"} 0",
+            "leaderd_database_errors_total{election=\"billing\",kind=\"schema_outdated\"} 0",
+            "leaderd_lease_remaining_seconds{election=\"billing\"} ",
+            "leaderd_build_info{version=\"",
             "# TYPE leaderd_log_lines_dropped counter",
             "leaderd_log_lines_dropped_total ",
         ] {
@@ -356,7 +440,9 @@ mod tests {
         let samples: Vec<&str> = text.lines().filter(|line| !line.starts_with('#')).collect();
         assert!(samples.len() > 20, "{text}");
         for sample in samples {
-            if sample.starts_with("leaderd_log_lines_dropped_total ") {
+            if sample.starts_with("leaderd_log_lines_dropped_total ")
+                || sample.starts_with("leaderd_build_info{")
+            {
                 continue;
             }
             assert!(

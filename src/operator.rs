@@ -27,6 +27,9 @@ pub const EXIT_PAUSED: u8 = 6;
 pub const EXIT_BAD_TARGET: u8 = 2;
 /// `resign`: no other live, healthy candidate could take over (without `--force`).
 pub const EXIT_NO_CANDIDATE: u8 = 7;
+/// `resign`, `handover`, `pause`, `resume`: the command was sent, but its answer was lost,
+/// so it may or may not have been written.
+pub const EXIT_IN_DOUBT: u8 = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OperatorError {
@@ -42,6 +45,62 @@ pub enum OperatorError {
         #[source]
         source: StoreError,
     },
+    #[error(
+        "the answer to the command was lost, so it may or may not have been written to \
+         election {election:?} ({source}); see `leaderd status`, and {retry}"
+    )]
+    InDoubt {
+        election: String,
+        /// How to repeat the command harmlessly.
+        retry: String,
+        #[source]
+        source: StoreError,
+    },
+}
+
+impl OperatorError {
+    /// The exit status of the command that failed with it (`None`: the caller's default
+    /// for a database that cannot be used).
+    pub fn exit_status(&self) -> Option<u8> {
+        match self {
+            OperatorError::InDoubt { .. } => Some(EXIT_IN_DOUBT),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a write that failed with `error` may have committed all the same: the
+/// statement was sent and its answer never came (a timeout, a connection lost while
+/// waiting, a task that ended), or a later statement of the same command failed (the
+/// wake-up after the write). A connection that could not be opened wrote nothing.
+fn in_doubt(error: &StoreError) -> bool {
+    !matches!(
+        error,
+        StoreError::Connect { .. }
+            | StoreError::Tls { .. }
+            | StoreError::ConnectTimeout { .. }
+            | StoreError::SchemaOutdated { .. }
+            | StoreError::Migration(_)
+            | StoreError::MigrationLockTimeout { .. }
+            | StoreError::TransactionPooler { .. }
+    )
+}
+
+/// The error of a command's write: in doubt (see [`in_doubt`]), or not written.
+fn write_failed(
+    election: &str,
+    retry: impl FnOnce() -> String,
+    source: StoreError,
+) -> OperatorError {
+    let election = election.to_owned();
+    match in_doubt(&source) {
+        true => OperatorError::InDoubt {
+            election,
+            retry: retry(),
+            source,
+        },
+        false => OperatorError::Write { election, source },
+    }
 }
 
 fn commands_store(config: &Config) -> SqlStore {
@@ -81,6 +140,12 @@ pub enum StepDownOutcome {
     NotAnswered { to: String, waited: Duration },
     /// The term ended before the request was written.
     Ended { leader: String, term: i64 },
+    /// `--term N`: the live term is another one; nothing was asked.
+    OtherTerm {
+        named: i64,
+        leader: String,
+        term: i64,
+    },
     /// The leader is already asked to step down (a resign, a handover or a preemption is
     /// under way); nothing was changed.
     SteppingDown { leader: String, term: i64 },
@@ -111,6 +176,7 @@ impl StepDownOutcome {
             }
             StepDownOutcome::NoLeader
             | StepDownOutcome::Ended { .. }
+            | StepDownOutcome::OtherTerm { .. }
             | StepDownOutcome::SteppingDown { .. } => EXIT_NO_LEADER,
             StepDownOutcome::OtherTookOver { .. }
             | StepDownOutcome::LedAgain { .. }
@@ -152,6 +218,14 @@ impl StepDownOutcome {
                 "the term {term} of {leader:?} ended before the request was written; see \
                  `leaderd status`"
             ),
+            StepDownOutcome::OtherTerm {
+                named,
+                leader,
+                term,
+            } => format!(
+                "term {named} is not the live term of election {election:?} ({leader:?} leads \
+                 term {term}); nothing was asked"
+            ),
             StepDownOutcome::SteppingDown { leader, term } => format!(
                 "{leader:?} is already stepping down from term {term}, or its lead is offered \
                  to a node (a resign, a handover or a preemption is under way); nothing was \
@@ -175,14 +249,16 @@ impl StepDownOutcome {
     }
 }
 
-/// `leaderd resign` (`to: None`) and `leaderd handover --to NODE`, on the CLI.
+/// `leaderd resign` (`to: None`) and `leaderd handover --to NODE`, on the CLI; with
+/// `term` (`--term N`), only if N is the live term.
 pub async fn step_down(
     config: &Config,
     command: StepDownCommand,
+    term: Option<i64>,
 ) -> Result<ExitCode, OperatorError> {
     let election = config.election.as_str();
     let mut store = commands_store(config);
-    let outcome = step_down_with(&mut store, election, &command, |said| {
+    let outcome = step_down_in_term(&mut store, election, &command, term, |said| {
         eprintln!("leaderd: {said}")
     })
     .await?;
@@ -200,17 +276,27 @@ pub async fn step_down(
 /// target first, and asked of the leader once the target accepts, which proves it runs
 /// and could lead); hold preemption back to the old leader off; wait for the new leader.
 /// `progress` hears what was asked, as it happens.
+// The simulator (test builds) runs it.
+#[cfg_attr(not(test), allow(dead_code))]
 pub async fn step_down_with<S: ControlStore>(
     store: &mut S,
     election: &str,
     command: &StepDownCommand,
+    progress: impl FnMut(String),
+) -> Result<StepDownOutcome, OperatorError> {
+    step_down_in_term(store, election, command, None, progress).await
+}
+
+/// [`step_down_with`], asking only the leader of term `named` (if given): a command
+/// repeated after its answer was lost then never asks the next leader too.
+pub async fn step_down_in_term<S: ControlStore>(
+    store: &mut S,
+    election: &str,
+    command: &StepDownCommand,
+    named: Option<i64>,
     mut progress: impl FnMut(String),
 ) -> Result<StepDownOutcome, OperatorError> {
     let read_error = |source| OperatorError::Read {
-        election: election.to_owned(),
-        source,
-    };
-    let write_error = |source| OperatorError::Write {
         election: election.to_owned(),
         source,
     };
@@ -222,6 +308,26 @@ pub async fn step_down_with<S: ControlStore>(
         return Ok(StepDownOutcome::NoLeader);
     };
     let term = row.term;
+    if let Some(named) = named.filter(|named| *named != term) {
+        return Ok(StepDownOutcome::OtherTerm {
+            named,
+            leader,
+            term,
+        });
+    }
+    let write_error = |source| {
+        let retry = || match &command.to {
+            Some(to) => format!(
+                "`leaderd handover --to {to} --term {term}` repeats it harmlessly (it asks \
+                 nothing once term {term} has ended or is handing over)"
+            ),
+            None => format!(
+                "`leaderd resign --term {term}` repeats it harmlessly (it asks nothing once \
+                 term {term} has ended or is stepping down)"
+            ),
+        };
+        write_failed(election, retry, source)
+    };
     if let Some(to) = &command.to {
         if *to == leader {
             return Ok(StepDownOutcome::AlreadyLeads { node: leader, term });
@@ -419,13 +525,15 @@ pub(crate) fn check_target(members: &[Member], to: &str) -> Result<(), String> {
 pub async fn pause(config: &Config, duration: Duration) -> Result<ExitCode, OperatorError> {
     let election = config.election.as_str();
     let mut store = commands_store(config);
-    store
-        .pause(election, duration)
-        .await
-        .map_err(|source| OperatorError::Write {
-            election: election.to_owned(),
-            source,
-        })?;
+    store.pause(election, duration).await.map_err(|source| {
+        let retry = || {
+            format!(
+                "`leaderd pause --for {}` repeats it (the pause then lasts from the repeat)",
+                humantime::format_duration(duration)
+            )
+        };
+        write_failed(election, retry, source)
+    })?;
     println!(
         "election {election:?} paused for {}: the leader keeps leading, and no node takes a \
          free or lapsed lease; `leaderd resume` ends it sooner",
@@ -438,13 +546,10 @@ pub async fn pause(config: &Config, duration: Duration) -> Result<ExitCode, Oper
 pub async fn resume(config: &Config) -> Result<ExitCode, OperatorError> {
     let election = config.election.as_str();
     let mut store = commands_store(config);
-    let found = store
-        .resume(election)
-        .await
-        .map_err(|source| OperatorError::Write {
-            election: election.to_owned(),
-            source,
-        })?;
+    let found = store.resume(election).await.map_err(|source| {
+        let retry = || "`leaderd resume` repeats it harmlessly".to_owned();
+        write_failed(election, retry, source)
+    })?;
     match found {
         true => println!("election {election:?} resumed"),
         false => println!("election {election:?} has no row yet; nothing to resume"),

@@ -166,6 +166,13 @@ impl Config {
         let interval = duration("election.interval", raw.election.interval.as_deref(), "1s")?;
         // The election's own rules, named by configuration key.
         crate::election::ElectionSettings::new(&election, &node_id, ttl, interval)?;
+        if election.starts_with(crate::lock::LOCK_ROW_PREFIX) {
+            return Err(invalid(
+                "election.name",
+                &election,
+                "names starting with \"lock:\" are the rows of `leaderd lock`; choose another",
+            ));
+        }
         let priority = match raw.election.priority.as_deref() {
             None => 0,
             Some(text) => text.trim().parse::<i64>().map_err(|_| {

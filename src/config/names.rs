@@ -75,6 +75,9 @@ pub(super) const OTHER_VARIABLES: &[&str] = &[
     "LEADERD_FAULT_SEED",
     "LEADERD_KUBERNETES_VALIDATE",
     "LEADERD_PROMTOOL",
+    // build.rs's, which cargo also sets for the test binaries it runs (and so for every
+    // leaderd they start).
+    "LEADERD_COMMIT",
 ];
 
 /// Prefixes of the test suite's variables (the simulator's `LEADERD_SIM_SEED`, …).

@@ -6,16 +6,20 @@
 use rand::Rng;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::clock::{BootClock, Instants};
+use super::hold::Hold;
 use super::round::{Outcome, RoundError};
-use super::run::RenewRequest;
 use super::settings::ElectionSettings;
 use super::status::{Role, RoleEvent, RoundObserver, RoundReport, Status};
 use crate::store::{Commands, ProcessToken, StoreError};
+
+/// A request to renew at once, answered with the new lease deadline, or `None` once the
+/// lease is lost.
+pub(super) type RenewRequest = oneshot::Sender<Option<Instant>>;
 
 /// How often a leader looks at CLOCK_BOOTTIME for its deadline: its timers would not
 /// notice that the host slept.
@@ -25,27 +29,6 @@ pub(super) const BOOT_LOOK_EVERY: Duration = Duration::from_millis(100);
 const RETRY_BASE: Duration = Duration::from_millis(50);
 /// The soonest a follower polls again when it expects a lease to come free.
 const MIN_POLL: Duration = Duration::from_millis(2);
-
-/// What this node holds in the database, as far as it knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Hold {
-    /// Nothing: this node follows.
-    None,
-    /// Acting as leader in `term` until `deadline`.
-    Leading { term: i64, deadline: Instants },
-    /// The row may still be ours in `term`, but this node stopped acting as leader (its
-    /// deadline passed). Leadership resumes only through a new term.
-    Lapsed { term: i64 },
-}
-
-impl Hold {
-    pub(super) fn term(self) -> Option<i64> {
-        match self {
-            Hold::None => None,
-            Hold::Leading { term, .. } | Hold::Lapsed { term } => Some(term),
-        }
-    }
-}
 
 /// This node's candidacy: what it holds, what it last published, and what it waits for.
 /// The loop ([`Election::run`](super::Election::run)) owns it apart from the store, so that each can be borrowed

@@ -15,7 +15,9 @@
 //! - `status`: what the election publishes ([`Status`], [`Role`], [`RoleEvent`],
 //!   [`RoundReport`]).
 //! - `clock`: the monotonic clock and CLOCK_BOOTTIME ([`BootClock`]), and instants on both.
-//! - `round`: one round's statements and what their answers mean; stepping down.
+//! - `hold`: what a node holds in the database ([`Hold`](hold::Hold)), as far as it knows.
+//! - `round`: one round's statements and what their answers mean.
+//! - `step_down`: stop acting, publish it, wait for it to be durable, release.
 //! - `candidacy`: the state machine that folds each round's outcome in; `publish`: what
 //!   it publishes.
 //! - `run`: the loop ([`Election`]) and its handles ([`ResignHandle`], [`RenewHandle`],
@@ -23,11 +25,13 @@
 
 mod candidacy;
 mod clock;
+mod hold;
 mod publish;
 mod round;
 mod run;
 pub mod settings;
 mod status;
+mod step_down;
 
 pub use clock::{BootClock, boottime};
 pub use run::{CandidacyGate, ClaimGate, Election, RenewHandle, ResignHandle};

@@ -4,8 +4,9 @@
 use std::time::SystemTime;
 use tracing::info;
 
-use super::candidacy::{Candidacy, Hold};
+use super::candidacy::Candidacy;
 use super::clock::Instants;
+use super::hold::Hold;
 use super::status::{Role, RoleEvent, Status};
 
 impl Candidacy {

@@ -9,19 +9,17 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep_until};
 use tracing::{info, warn};
 
-use super::candidacy::{Candidacy, Hold};
+use super::candidacy::{Candidacy, RenewRequest};
 use super::clock::boottime_by_tokio;
-use super::round::{Claimant, Outcome, round, step_down};
+use super::hold::Hold;
+use super::round::{Claimant, Outcome, round};
 use super::settings::ElectionSettings;
 use super::status::{RoleEvent, RoundObserver, Status};
+use super::step_down::step_down;
 use crate::store::{Commands, LeaseStore, ProcessToken, StoreError};
 
 /// How long a stopping node waits for a round that is already in flight.
 const STOP_WAIT_IN_FLIGHT: Duration = Duration::from_millis(400);
-
-/// A request to renew at once, answered with the new lease deadline, or `None` once the
-/// lease is lost.
-pub(super) type RenewRequest = oneshot::Sender<Option<Instant>>;
 
 /// One node's election loop.
 pub struct Election<S> {

@@ -57,6 +57,13 @@ use super::stub::Stub;
 use super::subreaper;
 
 pub const SUBCOMMAND: &str = "hook-guard";
+
+/// What `ps` and `pgrep` see of a guard: argv[0] (the guards are started through
+/// /proc/self/exe, which would otherwise show), and the process name the guard gives
+/// itself (the kernel names it "exe" after that path), so `pgrep leaderd` finds the
+/// guards with the daemon.
+pub const ARGV0: &str = "leaderd";
+pub const PROCESS_NAME: &std::ffi::CStr = c"leaderd-guard";
 /// The guard's descriptor for the fence pipe, unless it is stdin.
 pub const FENCE_FD: i32 = 3;
 /// What leaderd sends the guard to have the hook killed, everything it started included.
@@ -98,6 +105,8 @@ pub enum Start {
 /// Runs the hook described by `start`; fenced hooks get a cgroup of their own under
 /// `cgroup_parent` if given (cgroup mode).
 pub fn run(daemon_pid: i32, start: Start, cgroup_parent: Option<PathBuf>) -> ExitCode {
+    // Only what `ps` shows: a failure changes nothing else.
+    let _ = nix::sys::prctl::set_name(PROCESS_NAME);
     let group = getpgrp();
     if let Err(error) = nix::sys::prctl::set_pdeathsig(Signal::SIGUSR1) {
         eprintln!("leaderd hook-guard: cannot watch the daemon: {error}");

@@ -89,6 +89,7 @@ impl HookProcess {
         // The running binary itself, even if the file was replaced since it started.
         let mut command = tokio::process::Command::new("/proc/self/exe");
         command
+            .arg0(guard::ARGV0)
             .arg(guard::SUBCOMMAND)
             .arg(std::process::id().to_string())
             .args(fence.map(|kill| format!("--fence-until={}", boottime_at(kill))))
@@ -232,6 +233,7 @@ impl WarmGuard {
         let fence = tokio::net::unix::pipe::Sender::from_owned_fd(writer.into()).map_err(error)?;
         let mut command = tokio::process::Command::new("/proc/self/exe");
         command
+            .arg0(guard::ARGV0)
             .arg(guard::SUBCOMMAND)
             .arg(std::process::id().to_string())
             .arg("--await-command")

@@ -279,7 +279,9 @@ pub struct LeasedRun {
 
 /// Runs `argv` in the foreground (leaderd's own stdin, stdout and stderr) as leader-scoped
 /// work of `term`: fenced to the lease `status` reports exactly like `leader_command`,
-/// and sent every signal that arrives on `forward`. For `leaderd lock`.
+/// and sent every signal that arrives on `forward`. For `leaderd lock`. Once `stop_by`
+/// holds an instant, it gets SIGTERM, and SIGKILL at that instant (`--hold-at-most`);
+/// such a stop counts as `fenced` too.
 pub async fn run_leased(
     argv: Vec<String>,
     env: Vec<(String, String)>,
@@ -287,6 +289,7 @@ pub async fn run_leased(
     term: i64,
     status: watch::Receiver<Status>,
     forward: mpsc::UnboundedReceiver<Signal>,
+    stop_by: watch::Receiver<Option<Instant>>,
 ) -> LeasedRun {
     let spec = RunSpec {
         hook: "command",
@@ -298,8 +301,6 @@ pub async fn run_leased(
         forward: Some(forward),
         warm: None,
     };
-    // Nothing else stops it: signals are forwarded instead.
-    let (_never, stop_by) = watch::channel(None);
     let outcome = run(spec, context, status, stop_by).await;
     LeasedRun {
         status: outcome.status,

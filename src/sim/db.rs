@@ -32,6 +32,33 @@ pub(super) struct Db {
     pub(super) refuse_until: Option<Instant>,
     /// Release listeners (PostgreSQL's LISTEN), by election name.
     pub(super) listeners: Vec<(String, mpsc::Sender<()>)>,
+    /// Terms the row let start against its operator columns (property, detail), for the
+    /// next check to report.
+    pub(super) breaches: Vec<(&'static str, String)>,
+}
+
+/// Properties 11 and 12, judged on the row as it was just before a term started.
+fn judge_new_term(db: &mut Db, before: Option<LeaseRow>, starter: &str, reacquire: Option<i64>) {
+    let Some(row) = before else { return };
+    let live_holder = row.live_holder() == Some(starter);
+    if row.paused() && !(reacquire.is_some() && live_holder) {
+        db.breaches.push((
+            "11: no term starts while the election is paused (but a live leader's)",
+            format!("{starter} started term {} on {row:?}", row.term + 1),
+        ));
+    }
+    if reacquire.is_some() && row.pending.resign_term == Some(row.term) {
+        db.breaches.push((
+            "12: a leader asked to step down does not continue its term",
+            format!("{starter} reacquired term {} on {row:?}", row.term),
+        ));
+    }
+    if row.handed_over_away_from(starter) {
+        db.breaches.push((
+            "12: within a handover's window only its target starts a term",
+            format!("{starter} started term {} on {row:?}", row.term + 1),
+        ));
+    }
 }
 
 impl Db {
@@ -41,6 +68,7 @@ impl Db {
             epoch: 0,
             refuse_until: None,
             listeners: Vec::new(),
+            breaches: Vec::new(),
         }
     }
 
@@ -140,7 +168,7 @@ pub(super) struct SimStore {
     /// The restart epoch of the open connection; `None`: not connected.
     connected: Option<u64>,
     dice: Arc<Mutex<Dice>>,
-    /// The client's bound on a statement (`database.query_timeout`: the ttl).
+    /// The client's bound on a statement (`database.query_timeout`).
     query_timeout: Duration,
 }
 
@@ -157,7 +185,7 @@ impl SimStore {
             who: who.to_owned(),
             connected: None,
             dice,
-            query_timeout: world.scenario.ttl,
+            query_timeout: world.scenario.query_timeout,
         }
     }
 
@@ -212,7 +240,7 @@ impl SimStore {
                     world.trace(&who, format!("{what}: cut by a restart"));
                     return Err(StoreError::QueryTimeout { after: fate.there });
                 }
-                let clock = if at_arrival { arrived } else { Instant::now() };
+                let clock = world.db_clock(if at_arrival { arrived } else { Instant::now() });
                 let value = apply(&mut state.db, clock);
                 drop(state);
                 world.trace(&who, format!("{what} -> {value:?}"));
@@ -275,8 +303,14 @@ impl LeaseStore for SimStore {
     ) -> Result<bool, StoreError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.statement(format!("claim {expected_term}"), true, move |db, now| {
-            db.table
-                .claim(now, &name, &holder, token, ttl, expected_term)
+            let before = db.table.lease_row(&name, now);
+            let claimed = db
+                .table
+                .claim(now, &name, &holder, token, ttl, expected_term);
+            if claimed {
+                judge_new_term(db, before, &holder, None);
+            }
+            claimed
         })
         .await
     }
@@ -291,7 +325,12 @@ impl LeaseStore for SimStore {
     ) -> Result<bool, StoreError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.statement(format!("reacquire {term}"), true, move |db, now| {
-            db.table.reacquire(now, &name, &holder, token, ttl, term)
+            let before = db.table.lease_row(&name, now);
+            let reacquired = db.table.reacquire(now, &name, &holder, token, ttl, term);
+            if reacquired {
+                judge_new_term(db, before, &holder, Some(term));
+            }
+            reacquired
         })
         .await
     }

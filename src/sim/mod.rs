@@ -169,6 +169,7 @@ async fn drive(seed: u64, scenario: Scenario) -> RunReport {
             .iter()
             .any(|slot| slot.processes.iter().any(|p| p.could_lead(&world)));
         world.check_liveness(someone_could_lead);
+        world.check_preemption_lag();
         world.check_member_report();
     }
     for slot in &mut slots {
@@ -191,7 +192,9 @@ async fn drive(seed: u64, scenario: Scenario) -> RunReport {
 /// Tells the world what each node is now (see [`world::NodeTruth`]).
 fn update_truth(world: &World, slots: &[Slot]) {
     let now = Instant::now();
-    let truths: Vec<(bool, Option<(Instant, bool)>, bool, i64)> = slots
+    // Per node: could lead, gone (since, cleanly), failing its check, priority.
+    type Truth = (bool, Option<(Instant, bool)>, bool, i64);
+    let truths: Vec<Truth> = slots
         .iter()
         .map(|slot| {
             let eligible = slot.processes.iter().any(|p| p.could_lead(world));
@@ -206,7 +209,9 @@ fn update_truth(world: &World, slots: &[Slot]) {
                     .processes
                     .iter()
                     .filter_map(|p| match (p.killed_at, p.stopped_at) {
-                        (_, Some(stopped)) => Some((stopped, true)),
+                        // Killed while it stopped: it may not have recorded its stop.
+                        (Some(killed), Some(stopped)) => Some((killed.min(stopped), false)),
+                        (None, Some(stopped)) => Some((stopped, true)),
                         (Some(killed), None) => Some((killed, false)),
                         (None, None) => None,
                     })

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
+use tokio::task::AbortHandle;
 use tokio::time::{Instant, sleep, sleep_until};
 
 use super::db::{Dice, SimStore};
@@ -58,7 +58,7 @@ pub(super) struct Process {
     failing: watch::Sender<bool>,
     /// Nanoseconds the host slept (its boot clock is that far ahead).
     slept: Arc<AtomicU64>,
-    tasks: Vec<JoinHandle<()>>,
+    tasks: Vec<AbortHandle>,
     pub(super) has_health_check: bool,
     pub(super) candidate: bool,
     pub(super) started: Instant,
@@ -109,6 +109,7 @@ impl Process {
             stop_began: None,
             sent: VecDeque::new(),
             last_term: None,
+            file: None,
         });
         world.trace(&label, format!("starts (priority {priority})"));
 
@@ -136,7 +137,7 @@ impl Process {
 
         let mut tasks = Vec::new();
         let mut spawn = |task: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>| {
-            tasks.push(tokio::spawn(freezable(task, Arc::clone(&freeze))));
+            tasks.push(tokio::spawn(freezable(task, Arc::clone(&freeze))).abort_handle());
         };
         // Every task that waits for a new status hears of it from the world's eyes below,
         // in a fixed order: receivers of one watch wake in a random order (tokio spreads
@@ -150,6 +151,8 @@ impl Process {
             spec.step_down,
         )));
         spawn(Box::pin(status_file_model(
+            Arc::clone(world),
+            index,
             file_status_seen,
             durable_sender,
             Arc::clone(&file),
@@ -164,14 +167,20 @@ impl Process {
             host: label.clone(),
         };
         let members_store = SimStore::new(world, Some(index), &format!("{label}/m"), dice);
-        spawn(Box::pin(crate::members::run(
-            record,
-            members_store,
-            status.clone(),
-            standing.clone(),
-            stopping_seen,
-            spec.preempt_after,
-        )));
+        // As in the daemon, the process waits a while for its members task to record it
+        // stopped before it ends.
+        let member = tokio::spawn(freezable(
+            Box::pin(crate::members::run(
+                record,
+                members_store,
+                status.clone(),
+                standing.clone(),
+                stopping_seen,
+                spec.preempt_after,
+            )),
+            Arc::clone(&freeze),
+        ));
+        let member_abort = member.abort_handle();
         if let Some(gate) = health_gate {
             spawn(Box::pin(health_model(
                 gate,
@@ -203,22 +212,27 @@ impl Process {
                 let _ = stepped_down.await;
             };
             election.run(stop).await;
+            let _ = tokio::time::timeout(crate::daemon::MEMBER_STOP_WAIT, member).await;
             ended.trace(&ended_label, "ends".to_owned());
             ended.state.lock().unwrap().processes[index].alive = false;
             ended.check();
         }));
+        tasks.push(member_abort);
         // The world's eyes: not part of the process, never frozen.
         let watcher = Arc::clone(world);
         let mut published = status;
-        tasks.push(tokio::spawn(async move {
-            while published.changed().await.is_ok() {
-                let now = published.borrow().clone();
-                watcher.trace(&label, describe(&now, watcher.start));
-                watcher.check();
-                file_status.send_replace(now.clone());
-                health_status.send_replace(now);
-            }
-        }));
+        tasks.push(
+            tokio::spawn(async move {
+                while published.changed().await.is_ok() {
+                    let now = published.borrow().clone();
+                    watcher.trace(&label, describe(&now, watcher.start));
+                    watcher.check();
+                    file_status.send_replace(now.clone());
+                    health_status.send_replace(now);
+                }
+            })
+            .abort_handle(),
+        );
         Process {
             index,
             freeze,
@@ -368,7 +382,11 @@ async fn hook_model(
             biased;
             event = events.recv() => match event {
                 None => return,
-                Some(RoleEvent::Elected { term }) => leading = Some(term),
+                Some(RoleEvent::Elected { term }) => {
+                    leading = Some(term);
+                    // As the supervisor: a resign of an earlier term is moot now.
+                    resigning = None;
+                }
                 Some(RoleEvent::Demoted { term }) => {
                     if leading == Some(term) {
                         leading = None;
@@ -417,12 +435,15 @@ async fn hook_model(
 /// The status file's promise: it reports each version durable once written; writes take
 /// their time, and a failing one is retried every `FILE_RETRY`.
 async fn status_file_model(
+    world: Arc<World>,
+    index: usize,
     mut status: watch::Receiver<Status>,
     durable: watch::Sender<u64>,
     faults: Arc<Mutex<FileFaults>>,
 ) {
     loop {
-        let version = status.borrow_and_update().version;
+        let written = status.borrow_and_update().clone();
+        let version = written.version;
         loop {
             let FileFaults { delay, fail } = *faults.lock().unwrap();
             sleep(Duration::from_micros(500) + delay).await;
@@ -431,6 +452,8 @@ async fn status_file_model(
             }
             sleep(FILE_RETRY).await;
         }
+        world.state.lock().unwrap().processes[index].file = Some(written);
+        world.check();
         durable.send_replace(version);
         if status.changed().await.is_err() && !status.has_changed().unwrap_or(false) {
             return;

@@ -83,6 +83,11 @@ pub(super) struct Scenario {
     /// The database reads its clock when a statement arrives (MySQL's `NOW(6)`), not
     /// when it writes the row (PostgreSQL's `clock_timestamp()`).
     pub(super) clock_at_arrival: bool,
+    /// How much faster the database's clock runs than the nodes' monotonic clocks, in
+    /// parts per million (NTP slews by at most 500; the safety margin allows 2000).
+    pub(super) db_clock_ppm: u32,
+    /// `database.query_timeout`: the ttl by default, shorter where a user set it so.
+    pub(super) query_timeout: Duration,
     pub(super) nodes: Vec<NodeSpec>,
     pub(super) events: Vec<Event>,
     pub(super) length: Duration,
@@ -208,11 +213,24 @@ impl Scenario {
             });
         }
         events.sort_by_key(|e| e.from);
+        let notifies = rng.random_bool(0.5);
+        let clock_at_arrival = rng.random_bool(0.5);
+        // Drawn last, so that the seeds drawn before these existed keep their scenarios.
+        let db_clock_ppm = match rng.random_range(0..3) {
+            0 => 0,
+            _ => rng.random_range(0..=1500),
+        };
+        let query_timeout = match rng.random_range(0..4) {
+            0 => ttl.mul_f64(rng.random_range(0.25..0.5)),
+            _ => ttl,
+        };
         Scenario {
             ttl,
             interval,
-            notifies: rng.random_bool(0.5),
-            clock_at_arrival: rng.random_bool(0.5),
+            notifies,
+            clock_at_arrival,
+            db_clock_ppm,
+            query_timeout,
             nodes,
             events,
             length: RUN,
@@ -224,9 +242,11 @@ impl Scenario {
     /// The scenario in a few lines, for a failure's report.
     pub(super) fn brief(&self) -> String {
         let mut text = format!(
-            "ttl {:?}, interval {:?}, {}, clock read {}\n",
+            "ttl {:?}, interval {:?}, query timeout {:?}, database clock +{} ppm, {}, clock read {}\n",
             self.ttl,
             self.interval,
+            self.query_timeout,
+            self.db_clock_ppm,
             if self.notifies {
                 "notifications"
             } else {

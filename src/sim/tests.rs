@@ -3,7 +3,7 @@
 use super::*;
 
 /// Seeds CI runs (`LEADERD_SIM_SEEDS` overrides; `LEADERD_SIM_FIRST` moves the start).
-const CI_SEEDS: u64 = 200;
+const CI_SEEDS: u64 = 10_000;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -171,6 +171,8 @@ mod regressions {
             interval: Duration::from_secs(1),
             notifies,
             clock_at_arrival: true,
+            db_clock_ppm: 0,
+            query_timeout: Duration::from_millis(1200),
             nodes,
             events,
             length: RUN / 2,
@@ -237,6 +239,90 @@ mod regressions {
                     },
                 ),
                 at(4500, 6700, Fault::Restart),
+            ],
+        ));
+    }
+
+    /// Issue 20, 2.4 (seed 68, property 8): a leader whose leader work took longer to
+    /// stop than the handover window (2 x lease from the request) released after the
+    /// window had closed, and another node took the lease. Every node here takes 3 s.
+    #[test]
+    fn a_handover_reaches_its_target_however_long_the_step_down() {
+        let slow = |id: &str| NodeSpec {
+            step_down: Duration::from_millis(3000),
+            ..node(id)
+        };
+        passes(scenario(
+            vec![slow("a"), slow("b"), slow("c")],
+            false,
+            vec![at(4000, 12000, Fault::Handover { to: 2 })],
+        ));
+    }
+
+    /// Issue 20, 2.5 (seed 1 with properties 10 skipped, property 9): preemption took the
+    /// lead back from the node an operator moved it to, within seconds.
+    #[test]
+    fn a_manual_move_off_the_highest_priority_node_holds() {
+        let quick = |id: &str, priority: i64| NodeSpec {
+            priority,
+            preempt_after: Duration::from_secs(1),
+            ..node(id)
+        };
+        passes(scenario(
+            vec![quick("a", 5), quick("b", 1), quick("c", 0)],
+            false,
+            vec![
+                at(8000, 10000, Fault::Resign),
+                at(18000, 20400, Fault::Handover { to: 2 }),
+            ],
+        ));
+    }
+
+    /// Issue 20, 2.6 (seed 35, property 7): a handover to a node that had stopped cleanly
+    /// was accepted, and left the election without a leader: the stopped node was still
+    /// listed as a follower.
+    #[test]
+    fn a_handover_to_a_stopped_node_changes_nothing() {
+        passes(scenario(
+            vec![node("a"), node("b"), node("c")],
+            false,
+            vec![
+                at(
+                    3000,
+                    30000,
+                    Fault::Stop {
+                        node: 2,
+                        restart: false,
+                    },
+                ),
+                at(8000, 10400, Fault::Handover { to: 2 }),
+            ],
+        ));
+    }
+
+    /// Issue 20, 2.7 (seed 1, property 10): a node whose health check failed (or had not
+    /// passed yet) was listed as an observer. And (seed 683, property 10) a node without
+    /// a health check never recorded its stop: its members task slept a whole period on
+    /// the closed channel of its standing instead of hearing the stop.
+    #[test]
+    fn status_lists_unhealthy_and_stopped_nodes_as_such() {
+        let checked = NodeSpec {
+            health_check: true,
+            ..node("c")
+        };
+        passes(scenario(
+            vec![node("a"), node("b"), checked],
+            false,
+            vec![
+                at(3000, 15000, Fault::Unhealthy { node: 2 }),
+                at(
+                    16000,
+                    30000,
+                    Fault::Stop {
+                        node: 0,
+                        restart: false,
+                    },
+                ),
             ],
         ));
     }

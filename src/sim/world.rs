@@ -43,6 +43,8 @@ pub(super) struct ProcessView {
     pub(super) sent: VecDeque<Instant>,
     /// The last term it acted as leader in.
     pub(super) last_term: Option<i64>,
+    /// What its status file says, as far as it is durable (it outlives the process).
+    pub(super) file: Option<Status>,
 }
 
 /// What the driver knows of a node at an instant: the ground truth the operator-facing
@@ -67,6 +69,8 @@ pub(super) struct State {
     pub(super) truth: Vec<NodeTruth>,
     /// The nodes an operator moved leadership away from, and when.
     pub(super) moved_away: BTreeMap<String, Instant>,
+    /// The nodes preemption moved leadership away from, and when.
+    pub(super) preempted: BTreeMap<usize, Instant>,
     /// The node that acts as leader, and since when.
     pub(super) leading: Option<(usize, Instant)>,
     pub(super) trace: Trace,
@@ -113,6 +117,7 @@ impl World {
                 db: Db::new(),
                 truth: vec![NodeTruth::default(); nodes],
                 moved_away: BTreeMap::new(),
+                preempted: BTreeMap::new(),
                 leading: None,
                 trace: Trace::default(),
                 processes: Vec::new(),
@@ -122,6 +127,17 @@ impl World {
                 statements: 0,
             }),
         }
+    }
+
+    /// The database's clock at `now`: it runs `db_clock_ppm` faster than the nodes'.
+    pub(super) fn db_clock(&self, now: Instant) -> Instant {
+        let since = now.saturating_duration_since(self.start);
+        self.start + since + since.mul_f64(self.scenario.db_clock_ppm as f64 * 1e-6)
+    }
+
+    /// A span of the database's clock, in the nodes' time.
+    fn in_node_time(&self, span: Duration) -> Duration {
+        span.div_f64(1.0 + self.scenario.db_clock_ppm as f64 * 1e-6)
     }
 
     pub(super) fn elapsed(&self) -> Duration {
@@ -181,23 +197,38 @@ impl World {
         if state.violation.is_some() {
             return;
         }
-        let row = state.db.table.lease_row(ELECTION, now);
-        let acting: Vec<(usize, Status)> = state
+        if let Some((property, detail)) = state.db.breaches.pop() {
+            return fail(&mut state, at, property, detail);
+        }
+        let row = state.db.table.lease_row(ELECTION, self.db_clock(now));
+        // A node acts as leader while it says so, and also while its status file still
+        // says so: whoever reads the file (hooks, an operator) takes it at its word.
+        let leads = |status: &Status| {
+            status.role == Role::Leader && status.lease_deadline.is_some_and(|d| now < d)
+        };
+        // (process, status, whether it says so now rather than only in its file)
+        let acting: Vec<(usize, Status, bool)> = state
             .processes
             .iter()
             .enumerate()
-            .filter(|(_, p)| p.alive)
             .filter_map(|(i, p)| {
                 let status = p.status.borrow();
-                let acts = status.role == Role::Leader
-                    && status.lease_deadline.is_some_and(|deadline| now < deadline);
-                acts.then(|| (i, status.clone()))
+                if p.alive && leads(&status) {
+                    return Some((i, status.clone(), true));
+                }
+                p.file
+                    .as_ref()
+                    .filter(|f| leads(f))
+                    .map(|f| (i, f.clone(), false))
             })
             .collect();
         if acting.len() > 1 {
             let who: Vec<String> = acting
                 .iter()
-                .map(|(i, s)| format!("{} (term {:?})", state.processes[*i].label, s.term))
+                .map(|(i, s, says)| {
+                    let how = if *says { "" } else { ", by its status file" };
+                    format!("{} (term {:?}{how})", state.processes[*i].label, s.term)
+                })
                 .collect();
             return fail(
                 &mut state,
@@ -206,6 +237,11 @@ impl World {
                 who.join(" and "),
             );
         }
+        // The rest judges what the process does now; a file lags its process by design.
+        let acting = acting
+            .into_iter()
+            .filter(|(_, _, says)| *says)
+            .map(|(i, status, _)| (i, status));
         let Some((index, status)) = acting.into_iter().next() else {
             state.leaderless_since.get_or_insert(now);
             state.leading = None;
@@ -222,7 +258,7 @@ impl World {
         let held = row.as_ref().is_some_and(|r| {
             r.holder.as_deref() == Some(node_id.as_str())
                 && Some(r.term) == status.term
-                && deadline <= now + r.remaining()
+                && deadline <= now + self.in_node_time(r.remaining())
         });
         if !held {
             return fail(
@@ -271,7 +307,7 @@ impl World {
         if state
             .db
             .table
-            .lease_row(ELECTION, now)
+            .lease_row(ELECTION, self.db_clock(now))
             .is_some_and(|row| row.paused())
         {
             state.leaderless_since = None;
@@ -293,6 +329,75 @@ impl World {
                     self.quiet_from - self.start
                 ),
             );
+        }
+    }
+}
+
+impl World {
+    /// Property 13: once the faults are over, a candidate that outranks the leader takes
+    /// the lead within `preempt_after` of becoming able to lead, plus the leader's
+    /// step-down and a handover (unless a hold keeps it off: an operator moved the lead
+    /// away from it, or it lost the lead by preemption itself).
+    pub(super) fn check_preemption_lag(&self) {
+        let now = Instant::now();
+        let mut state = self.state.lock().unwrap();
+        let Some((leader, _)) = state.leading else {
+            return;
+        };
+        let handover = self.scenario.ttl * 2 + self.scenario.interval * 2 + LIVENESS_SLACK;
+        let step_down = self.scenario.nodes[leader].step_down;
+        let leader_priority = state.truth[leader].priority;
+        for (node, truth) in state.truth.iter().enumerate() {
+            let preempt_after = self.scenario.nodes[node].preempt_after;
+            let Some(eligible) = truth.eligible_since else {
+                continue;
+            };
+            let held = |since: Option<&Instant>, hold: Duration| {
+                since.is_some_and(|at| now < *at + hold + handover)
+            };
+            let id = &self.scenario.nodes[node].id;
+            if truth.priority <= leader_priority
+                || preempt_after.is_zero()
+                || held(state.moved_away.get(id), MANUAL_HOLD)
+                || held(state.preempted.get(&node), preempt_after * 2)
+            {
+                continue;
+            }
+            // A better-ranked candidate (which may not preempt) is left to it for a while.
+            let rank = |n: usize| {
+                (
+                    state.truth[n].priority,
+                    std::cmp::Reverse(&self.scenario.nodes[n].id),
+                )
+            };
+            let outranked = (0..state.truth.len()).any(|other| {
+                other != node
+                    && other != leader
+                    && state.truth[other].eligible_since.is_some()
+                    && rank(other) > rank(node)
+            });
+            let deferred = match outranked {
+                true => crate::members::DEFER_TO_BETTER + crate::store::MEMBER_PERIOD,
+                false => Duration::ZERO,
+            };
+            let due =
+                eligible.max(self.quiet_from) + preempt_after + deferred + step_down + handover;
+            if now > due {
+                let at = now - self.start;
+                let detail = format!(
+                    "{} (priority {}) could lead since {:?}; {} (priority {leader_priority}) still leads",
+                    id,
+                    truth.priority,
+                    eligible - self.start,
+                    self.scenario.nodes[leader].id
+                );
+                return fail(
+                    &mut state,
+                    at,
+                    "13: a candidate that outranks the leader takes over within preempt_after",
+                    detail,
+                );
+            }
         }
     }
 }
@@ -414,10 +519,13 @@ impl World {
         }
     }
 
-    /// A leader's members task asks to hand over to `to` (preemption).
+    /// A candidate's members task asks the leader to hand over to `to` (preemption).
     pub(super) fn check_preemption(&self, to: &str) {
         let now = Instant::now();
         let mut state = self.state.lock().unwrap();
+        if let Some((leader, _)) = state.leading {
+            state.preempted.insert(leader, now);
+        }
         if let Some(moved) = state.moved_away.get(to).copied() {
             if now < moved + MANUAL_HOLD {
                 let at = now - self.start;
@@ -455,11 +563,11 @@ impl World {
         if state.violation.is_some() {
             return;
         }
-        let members = state.db.table.members(now, ELECTION);
+        let members = state.db.table.members(self.db_clock(now), ELECTION);
         let leader = state
             .db
             .table
-            .lease_row(ELECTION, now)
+            .lease_row(ELECTION, self.db_clock(now))
             .and_then(|r| r.live_holder().map(str::to_owned));
         let reports = crate::operator::member_reports(&members, leader.as_deref());
         let settled = self.scenario.interval + LIVENESS_SLACK;

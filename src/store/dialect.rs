@@ -23,6 +23,13 @@ pub(super) struct Dialect {
     pub(super) ensure_row: &'static str,
     /// (holder, term_token, lease_ms, name, expected_term, holder): take a released or
     /// lapsed lease, unless paused or handed over to another node; clears the handover.
+    /// Its commit, and a reacquire's, must outlive a crash of the server: a term lost
+    /// after it was acknowledged can be handed out again. On PostgreSQL both set
+    /// `synchronous_commit` on for their own transaction, whatever the server, database
+    /// or role says, so that they wait for the WAL flush and, under synchronous
+    /// replication, for the synchronous standby. On SQLite they are synced
+    /// (`DbConnection::write_synced`); MySQL's settings are the server's, and a node warns
+    /// once when they let a commit be lost (`innodb_flush_log_at_trx_commit`, `sync_binlog`).
     pub(super) claim: &'static str,
     /// (term_token, lease_ms, name, holder, term, holder): start a new term on a row this
     /// process still holds, unless asked to resign it, handed over to another node, or
@@ -95,22 +102,39 @@ pub(super) const POSTGRES: Dialect = Dialect {
     ensure_row: r#"INSERT INTO service_leader_lock (name, container_id, "timestamp", term, lease_ms)
                    VALUES (?, NULL, clock_timestamp(), 0, 0)
                    ON CONFLICT (name) DO NOTHING"#,
-    claim: r#"UPDATE service_leader_lock
-              SET term = term + 1, container_id = ?, term_token = ?, "timestamp" = clock_timestamp(),
-                  lease_ms = ?, handover_to = NULL, handover_until = NULL, resign_term = NULL
-              WHERE name = ? AND term = ?
-                AND (container_id IS NULL
-                     OR "timestamp" + lease_ms * INTERVAL '1 millisecond' <= clock_timestamp())
-                AND (paused_until IS NULL OR paused_until <= clock_timestamp())
-                AND (handover_to IS NULL OR handover_until <= clock_timestamp() OR handover_to = ?)"#,
-    reacquire: r#"UPDATE service_leader_lock
-                  SET term = term + 1, term_token = ?, "timestamp" = clock_timestamp(), lease_ms = ?,
-                      handover_to = NULL, handover_until = NULL, resign_term = NULL
-                  WHERE name = ? AND container_id = ? AND term = ?
-                    AND (resign_term IS NULL OR resign_term <> term)
+    // Waits for the disk (and a synchronous standby) whatever the server, database or role
+    // says: `synchronous_commit` on for its own transaction, or left at `remote_apply`,
+    // which waits for more (see `Dialect::claim`).
+    claim: r#"WITH claimed AS (
+                  UPDATE service_leader_lock
+                  SET term = term + 1, container_id = ?, term_token = ?, "timestamp" = clock_timestamp(),
+                      lease_ms = ?, handover_to = NULL, handover_until = NULL, resign_term = NULL
+                  WHERE name = ? AND term = ?
+                    AND (container_id IS NULL
+                         OR "timestamp" + lease_ms * INTERVAL '1 millisecond' <= clock_timestamp())
+                    AND (paused_until IS NULL OR paused_until <= clock_timestamp())
                     AND (handover_to IS NULL OR handover_until <= clock_timestamp() OR handover_to = ?)
-                    AND (paused_until IS NULL OR paused_until <= clock_timestamp()
-                         OR "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp())"#,
+                  RETURNING name)
+              SELECT set_config('synchronous_commit',
+                                CASE current_setting('synchronous_commit')
+                                WHEN 'remote_apply' THEN 'remote_apply' ELSE 'on' END,
+                                true)
+              FROM claimed"#,
+    reacquire: r#"WITH reacquired AS (
+                      UPDATE service_leader_lock
+                      SET term = term + 1, term_token = ?, "timestamp" = clock_timestamp(), lease_ms = ?,
+                          handover_to = NULL, handover_until = NULL, resign_term = NULL
+                      WHERE name = ? AND container_id = ? AND term = ?
+                        AND (resign_term IS NULL OR resign_term <> term)
+                        AND (handover_to IS NULL OR handover_until <= clock_timestamp() OR handover_to = ?)
+                        AND (paused_until IS NULL OR paused_until <= clock_timestamp()
+                             OR "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp())
+                      RETURNING name)
+                  SELECT set_config('synchronous_commit',
+                                    CASE current_setting('synchronous_commit')
+                                    WHEN 'remote_apply' THEN 'remote_apply' ELSE 'on' END,
+                                    true)
+                  FROM reacquired"#,
     renew: r#"UPDATE service_leader_lock
               SET "timestamp" = clock_timestamp(), lease_ms = ?
               WHERE name = ? AND container_id = ? AND term = ?
@@ -174,7 +198,8 @@ pub(super) const POSTGRES: Dialect = Dialect {
                           started = CASE WHEN ? = 1 THEN EXCLUDED.started
                                          ELSE leaderd_member.started END"#,
     hold_preemption: r#"UPDATE leaderd_member
-                        SET no_preempt_until = clock_timestamp() + ? * INTERVAL '1 millisecond'
+                        SET no_preempt_until = GREATEST(no_preempt_until,
+                            clock_timestamp() + ? * INTERVAL '1 millisecond')
                         WHERE election = ? AND node_id = ?"#,
     members: r#"SELECT node_id, candidate, priority, version, host,
                        (EXTRACT(EPOCH FROM (clock_timestamp() - started)) * 1000)::BIGINT AS member_ms,
@@ -199,6 +224,16 @@ pub(super) const POSTGRES: Dialect = Dialect {
 // so none of them commits after a later write of the term it starts.
 // The connection reports rows matched, not rows changed (CLIENT_FOUND_ROWS), which is what
 // every check here wants.
+// TIME ZONES: the lease times are DATETIME(6), which store no zone, written and compared
+// with NOW(6), which is the session's time zone. Every connection that writes or compares
+// them (renewal, read, claim, release, operator commands, status) must run in one zone,
+// whatever the server's default (`default-time-zone`, or SYSTEM with the host's zone and
+// its daylight-saving jumps): a connection in another zone would see a live lease as
+// lapsed, or a lapsed one as live, by the difference. Diesel's MySQL connection sets
+// `time_zone = '+00:00'` when it connects, and `DbConnection::connect` sets it again, so
+// leaderd does not depend on the driver for it. `timezone::` in the tests runs nodes on a
+// server whose zone is +01:00. (PostgreSQL's TIMESTAMPTZ and SQLite's UTC text have no
+// such dependence.)
 pub(super) const MYSQL: Dialect = Dialect {
     get: "SELECT container_id, term, lease_ms,
                  CAST(TIMESTAMPDIFF(MICROSECOND, `timestamp`, NOW(6)) DIV 1000 AS SIGNED) AS age_ms,
@@ -284,7 +319,8 @@ pub(super) const MYSQL: Dialect = Dialect {
                         version = VALUES(version), host = VALUES(host),
                         standing = VALUES(standing), last_seen = VALUES(last_seen)",
     hold_preemption: "UPDATE leaderd_member
-                      SET no_preempt_until = NOW(6) + INTERVAL (? * 1000) MICROSECOND
+                      SET no_preempt_until = GREATEST(COALESCE(no_preempt_until, NOW(6)),
+                          NOW(6) + INTERVAL (? * 1000) MICROSECOND)
                       WHERE election = ? AND node_id = ?",
     members: "SELECT node_id, candidate, priority, version, host,
                      CAST(TIMESTAMPDIFF(MICROSECOND, started, NOW(6)) DIV 1000 AS SIGNED) AS member_ms,
@@ -399,8 +435,8 @@ pub(super) const SQLITE: Dialect = Dialect {
                           started = CASE WHEN ? = 1 THEN excluded.started
                                          ELSE leaderd_member.started END"#,
     hold_preemption: r#"UPDATE leaderd_member
-                        SET no_preempt_until = strftime('%Y-%m-%d %H:%M:%f',
-                                                        julianday('now') + ? / 86400000.0)
+                        SET no_preempt_until = max(COALESCE(no_preempt_until, ''),
+                            strftime('%Y-%m-%d %H:%M:%f', julianday('now') + ? / 86400000.0))
                         WHERE election = ? AND node_id = ?"#,
     members: r#"SELECT node_id, candidate, priority, version, host,
                        CAST(ROUND((julianday('now') - julianday(started)) * 86400000.0) AS INTEGER) AS member_ms,
@@ -424,6 +460,75 @@ pub(super) const MYSQL_WAKE_TAKE: &str =
 /// (name): lets go of the wake-up lock.
 pub(super) const MYSQL_WAKE_GIVE_BACK: &str =
     "DO RELEASE_LOCK(CONCAT('leaderd_wake_', LEFT(SHA2(CONCAT(DATABASE(), '/', ?), 256), 40)))";
+
+/// () -> wsrep_on: 1 on a Galera member, whose `GET_LOCK` holds on that member only (an
+/// error on MySQL, which has no such variable).
+pub(super) const MYSQL_WSREP_ON: &str = "SELECT CAST(@@GLOBAL.wsrep_on AS SIGNED) AS wsrep_on";
+
+/// () -> flush_log, sync_binlog, log_bin: the server settings a commit's durability
+/// depends on (see `sql.rs`'s `check_mysql_durability`).
+pub(super) const MYSQL_DURABILITY: &str =
+    "SELECT CAST(@@GLOBAL.innodb_flush_log_at_trx_commit AS SIGNED) AS flush_log,
+            CAST(@@GLOBAL.sync_binlog AS SIGNED) AS sync_binlog,
+            CAST(@@GLOBAL.log_bin AS SIGNED) AS log_bin";
+
+/// (left_ms, name, holder, term): a lock whose work is done keeps its live lease in
+/// `term` for `left_ms` more by the database clock, and renews it no more (`leaderd lock
+/// --hold-at-least`). It leaves `timestamp` (the last renewal) alone and sets the lease to
+/// end `left_ms` from now, rounded up; the holder stays, so others see who holds it.
+pub(super) fn hold(backend: super::Backend) -> &'static str {
+    match backend {
+        super::Backend::Postgres => {
+            r#"UPDATE service_leader_lock
+               SET lease_ms = CEIL(EXTRACT(EPOCH FROM (clock_timestamp() - "timestamp")) * 1000)::BIGINT + ?
+               WHERE name = ? AND container_id = ? AND term = ?
+                 AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()"#
+        }
+        super::Backend::Mysql => {
+            "UPDATE service_leader_lock
+             SET lease_ms = CAST(CEIL(TIMESTAMPDIFF(MICROSECOND, `timestamp`, NOW(6)) / 1000) AS SIGNED) + ?
+             WHERE name = ? AND container_id = ? AND term = ?
+               AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)"
+        }
+        super::Backend::Sqlite => {
+            r#"UPDATE service_leader_lock
+               SET lease_ms = CAST((julianday('now') - julianday("timestamp")) * 86400000.0 AS INTEGER) + 1 + ?
+               WHERE name = ? AND container_id = ? AND term = ?
+                 AND (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms"#
+        }
+    }
+}
+
+/// () -> name, container_id, term, lease_ms, age_ms: every row whose lease is live by the
+/// database clock, elections' and locks' (`leaderd locks`), by name.
+pub(super) fn held_rows(backend: super::Backend) -> &'static str {
+    match backend {
+        super::Backend::Postgres => {
+            r#"SELECT name, container_id, term, lease_ms,
+                      (EXTRACT(EPOCH FROM (clock_timestamp() - "timestamp")) * 1000)::BIGINT AS age_ms
+               FROM service_leader_lock
+               WHERE container_id IS NOT NULL
+                 AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()
+               ORDER BY name"#
+        }
+        super::Backend::Mysql => {
+            "SELECT name, container_id, term, lease_ms,
+                    CAST(TIMESTAMPDIFF(MICROSECOND, `timestamp`, NOW(6)) DIV 1000 AS SIGNED) AS age_ms
+             FROM service_leader_lock
+             WHERE container_id IS NOT NULL
+               AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)
+             ORDER BY name"
+        }
+        super::Backend::Sqlite => {
+            r#"SELECT name, container_id, term, lease_ms,
+                      CAST(ROUND((julianday('now') - julianday("timestamp")) * 86400000.0) AS INTEGER) AS age_ms
+               FROM service_leader_lock
+               WHERE container_id IS NOT NULL
+                 AND (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms
+               ORDER BY name"#
+        }
+    }
+}
 
 /// A value bound to a statement.
 pub(super) enum Param<'a> {

@@ -359,7 +359,9 @@ impl Table {
             .members
             .get_mut(&(election.to_owned(), node_id.to_owned()))
         {
-            member.no_preempt_until = Some(now + hold);
+            // A hold is never shortened: a preemption's short hold must not undo an
+            // operator's longer one.
+            member.no_preempt_until = member.no_preempt_until.max(Some(now + hold));
         }
     }
 

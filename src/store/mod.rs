@@ -51,6 +51,26 @@ pub struct LeaseRow {
     pub pending: Pending,
 }
 
+/// A live lease as `leaderd locks` lists it: an election's or a lock's row, times by the
+/// database clock at the read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldRow {
+    pub name: String,
+    pub holder: String,
+    pub term: i64,
+    /// The lease length the holder last promised (or held for, see [`LeaseStore::hold`]).
+    pub lease: Duration,
+    /// Since its last renewal.
+    pub age: Duration,
+}
+
+impl HeldRow {
+    /// How long the lease has left.
+    pub fn remaining(&self) -> Duration {
+        self.lease.saturating_sub(self.age)
+    }
+}
+
 /// Operator commands pending on an election's row (`leaderd pause`, `handover`, `resign`),
 /// as the database saw them at the read: times left are by the database clock.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -318,6 +338,8 @@ pub enum StoreError {
     MigrationLockTimeout { lock: String, waited: Duration },
     #[error("database task failed: {0}")]
     Task(tokio::task::JoinError),
+    #[error("this store cannot {operation}")]
+    Unsupported { operation: &'static str },
     #[error(
         "{message}: the connection goes through a pooler in transaction mode (PgBouncer \
          pool_mode = transaction), where a prepared statement does not outlive its \
@@ -340,7 +362,21 @@ impl From<tokio::task::JoinError> for StoreError {
 }
 
 impl StoreError {
-    /// A short label for logs and metrics.
+    /// Every [`StoreError::kind`], so that counters by kind can start at zero.
+    pub const KINDS: [&'static str; 10] = [
+        "connect",
+        "tls",
+        "connect_timeout",
+        "query",
+        "schema_outdated",
+        "query_timeout",
+        "migration",
+        "task",
+        "pooler",
+        "unsupported",
+    ];
+
+    /// A short label for logs and metrics (one of [`StoreError::KINDS`]).
     pub fn kind(&self) -> &'static str {
         match self {
             StoreError::Connect { .. } => "connect",
@@ -352,6 +388,7 @@ impl StoreError {
             StoreError::Migration(_) | StoreError::MigrationLockTimeout { .. } => "migration",
             StoreError::Task(_) => "task",
             StoreError::TransactionPooler { .. } => "pooler",
+            StoreError::Unsupported { .. } => "unsupported",
         }
     }
 }
@@ -424,6 +461,25 @@ pub trait LeaseStore: Send {
         holder: &str,
         term: i64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Keeps `holder`'s live lease in `term` for `left` more by the database clock and
+    /// stops renewing it, instead of releasing it: a lock whose work ended early and that
+    /// must stay taken for a minimum time (`leaderd lock --hold-at-least`). The holder
+    /// stays on the row. One conditional statement; `false` if the lease was no longer
+    /// live. Stores without it answer [`StoreError::Unsupported`].
+    fn hold(
+        &mut self,
+        name: &str,
+        holder: &str,
+        term: i64,
+        left: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        let _ = (name, holder, term, left);
+        async {
+            Err(StoreError::Unsupported {
+                operation: "hold a lease without renewing it",
+            })
+        }
+    }
     /// Hints that the lease of `name` was released, as soon as the backend can tell
     /// (`None`: it cannot, and waiting nodes poll). A hint to poll now, never a grant.
     fn release_notifications(&self, name: &str) -> Option<tokio::sync::mpsc::Receiver<()>> {
@@ -666,6 +722,16 @@ impl SqlStore {
     }
 }
 
+impl SqlStore {
+    /// Every live lease, elections' and locks', by name (`leaderd locks`).
+    pub async fn held_rows(&mut self) -> Result<Vec<HeldRow>, StoreError> {
+        self.run(Opening::Plain, |c| {
+            Box::pin(async move { c.held_rows().await })
+        })
+        .await
+    }
+}
+
 /// Operator commands and the members table: statements of their own, on the store's
 /// connection (the daemon records members on a store of their own, off its renewals).
 impl ControlStore for SqlStore {
@@ -874,6 +940,30 @@ impl LeaseStore for SqlStore {
             })
             .await;
         // Whatever the answer: a wake-up is only a hint, and this node leads no more.
+        self.wakeups.leading(name, None);
+        answer
+    }
+
+    async fn hold(
+        &mut self,
+        name: &str,
+        holder: &str,
+        term: i64,
+        left: Duration,
+    ) -> Result<bool, StoreError> {
+        let (owned, holder_owned) = (name.to_owned(), holder.to_owned());
+        debug!(
+            election = name,
+            term,
+            left_ms = left.as_millis() as u64,
+            "hold sent"
+        );
+        let answer = self
+            .run(Opening::Plain, move |c| {
+                Box::pin(async move { c.hold(&owned, &holder_owned, term, left).await })
+            })
+            .await;
+        // This node acts on the lease no more.
         self.wakeups.leading(name, None);
         answer
     }

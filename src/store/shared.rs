@@ -43,6 +43,20 @@ impl SharedStore {
 }
 
 impl LeaseStore for SharedStore {
+    async fn hold(
+        &mut self,
+        name: &str,
+        holder: &str,
+        term: i64,
+        left: Duration,
+    ) -> Result<bool, StoreError> {
+        self.pick()
+            .lock()
+            .await
+            .hold(name, holder, term, left)
+            .await
+    }
+
     async fn get(&mut self, name: &str) -> Result<Option<LeaseRow>, StoreError> {
         self.pick().lock().await.get(name).await
     }

@@ -1,27 +1,31 @@
 //! One open connection to whichever backend the URL names ([`DbConnection`]): opening it
-//! with its session limits, applying the migrations (nodes take turns), and running each
+//! with its session limits, applying the migrations (so that they converge), and running each
 //! operation as one of the dialect's statements (see `dialect.rs`, which holds their SQL).
 
 use diesel::QueryableByName;
 use diesel::connection::CacheSize;
 use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel_async::{
-    AnsiTransactionManager, AsyncConnection, AsyncMigrationHarness, AsyncMysqlConnection,
-    AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection, TransactionManager,
+    AnsiTransactionManager, AsyncConnection, AsyncMysqlConnection, AsyncPgConnection, RunQueryDsl,
+    SimpleAsyncConnection, TransactionManager, async_connection_wrapper::AsyncConnectionWrapper,
     sync_connection_wrapper::SyncConnectionWrapper,
 };
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
+use tracing::{debug, warn};
 
 use super::dialect::{
-    Dialect, MYSQL, POSTGRES, Param, SQLITE, SQLITE_SYNCED, SQLITE_UNSYNCED, Statement,
+    Dialect, MYSQL, MYSQL_DURABILITY, POSTGRES, Param, SQLITE, SQLITE_SYNCED, SQLITE_UNSYNCED,
+    Statement,
 };
 use super::pooler;
 use super::{Backend, DatabaseUrl};
 use super::{
-    Commands, LeaseRow, Member, MemberRecord, MemberStanding, Pending, ProcessToken, StoreError,
+    Commands, HeldRow, LeaseRow, Member, MemberRecord, MemberStanding, Pending, ProcessToken,
+    StoreError,
 };
 
 const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
@@ -53,6 +57,20 @@ struct RowSql {
     handover_ms: Option<i64>,
     #[diesel(sql_type = Nullable<BigInt>)]
     resign_term: Option<i64>,
+}
+
+#[derive(QueryableByName)]
+struct HeldSql {
+    #[diesel(sql_type = Text)]
+    name: String,
+    #[diesel(sql_type = Text)]
+    container_id: String,
+    #[diesel(sql_type = BigInt)]
+    term: i64,
+    #[diesel(sql_type = BigInt)]
+    lease_ms: i64,
+    #[diesel(sql_type = BigInt)]
+    age_ms: i64,
 }
 
 #[derive(QueryableByName)]
@@ -196,17 +214,74 @@ async fn lock_sqlite_migrations(
     }
 }
 
-fn run_migrations<C>(conn: C, migrations: EmbeddedMigrations) -> Result<C, StoreError>
+/// How a backend records an applied migration: a record another node wrote first is not
+/// an error (diesel's own harness inserts it plainly, and on MySQL a duplicate would then
+/// fail every later run).
+#[derive(Clone, Copy)]
+enum Record {
+    /// `INSERT IGNORE` (MySQL/MariaDB).
+    Ignore,
+    /// `ON CONFLICT DO NOTHING` (PostgreSQL, SQLite).
+    OnConflict,
+}
+
+impl Record {
+    fn statement(self, version: &str) -> String {
+        // Versions are the digits of the embedded directories' names.
+        let version = version.replace('\'', "''");
+        match self {
+            Record::Ignore => format!(
+                "INSERT IGNORE INTO __diesel_schema_migrations (version) VALUES ('{version}')"
+            ),
+            Record::OnConflict => format!(
+                "INSERT INTO __diesel_schema_migrations (version) VALUES ('{version}') \
+                 ON CONFLICT DO NOTHING"
+            ),
+        }
+    }
+}
+
+/// Applies the migrations not recorded yet, each with its record in one transaction where
+/// the backend has transactional DDL (PostgreSQL, SQLite). On MySQL every DDL statement
+/// commits on its own, so a crash or a lost connection can leave a migration applied and
+/// unrecorded, and on a multi-primary cluster (Galera) nodes on different members migrate
+/// at once (the migration lock is per member): there every migration is written to be run
+/// again (`IF NOT EXISTS`), and its record tolerates a duplicate, so that any number of
+/// runs, interrupted or concurrent, end with the schema complete. Hands the connection
+/// back whatever happened.
+fn run_migrations<C>(
+    conn: C,
+    migrations: EmbeddedMigrations,
+    record: Record,
+) -> (C, Result<(), StoreError>)
 where
     C: AsyncConnection + 'static,
-    AsyncMigrationHarness<C>: MigrationHarness<C::Backend>,
+    AsyncConnectionWrapper<C>:
+        diesel::Connection<Backend = C::Backend> + MigrationHarness<C::Backend>,
 {
-    let mut harness = AsyncMigrationHarness::new(conn);
-    harness
-        .run_pending_migrations(migrations)
-        .map_err(StoreError::Migration)?;
-    Ok(harness.into_inner())
+    let mut conn = AsyncConnectionWrapper::<C>::from(conn);
+    let ran = tokio::task::block_in_place(|| -> diesel::migration::Result<()> {
+        for migration in conn.pending_migrations(migrations)? {
+            let recorded = record.statement(&migration.name().version().to_string());
+            let apply = |c: &mut AsyncConnectionWrapper<C>| -> diesel::migration::Result<()> {
+                migration.run(c)?;
+                diesel::connection::SimpleConnection::batch_execute(c, &recorded)?;
+                Ok(())
+            };
+            match migration.metadata().run_in_transaction() {
+                true => diesel::Connection::transaction(&mut conn, apply)?,
+                false => apply(&mut conn)?,
+            }
+        }
+        Ok(())
+    });
+    (conn.into_inner(), ran.map_err(StoreError::Migration))
 }
+
+/// How many times a node runs the MySQL migrations in one go: a Galera member aborts a
+/// record that conflicts with one written at once on another member ("Deadlock found"),
+/// and the next run finds the schema there.
+const MYSQL_MIGRATION_RUNS: usize = 3;
 
 /// Columns later migrations added, which a table migrated for an older version lacks.
 const ADDED_COLUMNS: [&str; 7] = [
@@ -231,6 +306,60 @@ fn missing_column(error: StoreError) -> StoreError {
         }
     }
     error
+}
+
+#[derive(QueryableByName)]
+struct MysqlDurability {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    flush_log: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    sync_binlog: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    log_bin: Option<i64>,
+}
+
+/// Whether this process has read the MySQL server's durability settings yet.
+static MYSQL_DURABILITY_READ: AtomicBool = AtomicBool::new(false);
+
+/// Reads, on the first MySQL connection of the process, the server settings a claim's
+/// durability depends on, and warns once, naming them, when a commit acknowledged to a
+/// node can be lost in a crash: `innodb_flush_log_at_trx_commit` other than 1 (the redo
+/// log is written or flushed only about once a second), or `sync_binlog` other than 1
+/// with the binary log on (a replica or a Galera member can get a transaction the crashed
+/// server lost, or the reverse). Unlike PostgreSQL's `synchronous_commit`, neither can be
+/// set for one transaction: they are the server's. A lost claim can hand the same term
+/// out twice.
+async fn check_mysql_durability(conn: &mut AsyncMysqlConnection) {
+    if MYSQL_DURABILITY_READ.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let read: Result<Vec<MysqlDurability>, _> =
+        diesel::sql_query(MYSQL_DURABILITY).load(conn).await;
+    let Ok(Some(settings)) = read.map(|rows| rows.into_iter().next()) else {
+        debug!("could not read innodb_flush_log_at_trx_commit and sync_binlog");
+        return;
+    };
+    let mut lax = Vec::new();
+    if settings.flush_log != Some(1) {
+        lax.push(format!(
+            "innodb_flush_log_at_trx_commit = {}",
+            settings.flush_log.map_or("?".into(), |v| v.to_string())
+        ));
+    }
+    if settings.log_bin == Some(1) && settings.sync_binlog != Some(1) {
+        lax.push(format!(
+            "sync_binlog = {} (the binary log is on)",
+            settings.sync_binlog.map_or("?".into(), |v| v.to_string())
+        ));
+    }
+    if !lax.is_empty() {
+        warn!(
+            settings = %lax.join(", "),
+            "the MySQL server may lose a commit it acknowledged if it crashes: a claim lost \
+             that way can hand the same term out twice; set innodb_flush_log_at_trx_commit = 1 \
+             and sync_binlog = 1 on the server"
+        );
+    }
 }
 
 /// PostgreSQL's bounds on a statement, its lock waits and an abandoned transaction, as
@@ -299,11 +428,14 @@ impl DbConnection {
                     conn.batch_execute(&format!("SET SESSION max_execution_time = {limit}"))
                         .await?;
                 }
+                // Lease times are DATETIME(6) compared with NOW(6): every connection runs
+                // in UTC whatever the server's zone (see dialect.rs, "TIME ZONES").
                 conn.batch_execute(&format!(
-                    "SET SESSION innodb_lock_wait_timeout = {}",
+                    "SET SESSION innodb_lock_wait_timeout = {}, time_zone = '+00:00'",
                     (limit + 999) / 1000
                 ))
                 .await?;
+                check_mysql_durability(&mut conn).await;
                 DbConnection::Mysql(conn)
             }
             Backend::Sqlite => {
@@ -323,9 +455,11 @@ impl DbConnection {
         Ok(conn)
     }
 
-    /// Applies the embedded migrations of this backend. Nodes that start together take
-    /// turns: an advisory lock on PostgreSQL, GET_LOCK on MySQL, an exclusive flock on a file
-    /// beside the database on SQLite.
+    /// Applies the embedded migrations of this backend. Nodes that start together on one
+    /// server take turns: an advisory lock on PostgreSQL, GET_LOCK on MySQL (a lock of one
+    /// member on a multi-primary cluster, where nodes on different members migrate at once:
+    /// see [`run_migrations`] for why that converges), an exclusive flock on a file beside
+    /// the database on SQLite.
     ///
     /// The harness is synchronous (it blocks on the async connection inside), so it runs
     /// on a blocking thread where a caller's timeout can still fire.
@@ -347,7 +481,8 @@ impl DbConnection {
                     "SELECT pg_advisory_lock({POSTGRES_MIGRATION_LOCK})"
                 ))
                 .await?;
-                let mut conn = run_migrations(conn, POSTGRES_MIGRATIONS)?;
+                let (mut conn, ran) = run_migrations(conn, POSTGRES_MIGRATIONS, Record::OnConflict);
+                ran?;
                 conn.batch_execute(&format!(
                     "SELECT pg_advisory_unlock({POSTGRES_MIGRATION_LOCK})"
                 ))
@@ -355,18 +490,30 @@ impl DbConnection {
                 Ok(DbConnection::Postgres(conn))
             }
             DbConnection::Mysql(mut conn) => {
+                // Nodes on one server take turns; on a multi-primary cluster the lock is
+                // the member's alone, and the migrations converge all the same.
                 lock_mysql_migrations(&mut conn, lock_wait).await?;
-                let mut conn = run_migrations(conn, MYSQL_MIGRATIONS)?;
+                let mut runs = 0;
+                loop {
+                    runs += 1;
+                    let (back, ran) = run_migrations(conn, MYSQL_MIGRATIONS, Record::Ignore);
+                    conn = back;
+                    match ran {
+                        Ok(()) => break,
+                        // Dropping the connection releases the lock.
+                        Err(error) if runs >= MYSQL_MIGRATION_RUNS => return Err(error),
+                        Err(_) => {}
+                    }
+                }
                 conn.batch_execute(&format!("DO RELEASE_LOCK('{MYSQL_MIGRATION_LOCK}')"))
                     .await?;
                 Ok(DbConnection::Mysql(conn))
             }
             DbConnection::Sqlite(mut conn) => {
                 let _turn = lock_sqlite_migrations(&mut conn, lock_wait).await?;
-                Ok(DbConnection::Sqlite(run_migrations(
-                    conn,
-                    SQLITE_MIGRATIONS,
-                )?))
+                let (conn, ran) = run_migrations(conn, SQLITE_MIGRATIONS, Record::OnConflict);
+                ran?;
+                Ok(DbConnection::Sqlite(conn))
             }
         }
     }
@@ -393,7 +540,8 @@ impl DbConnection {
                     ms(MIGRATION_LOCK_WAIT)
                 ))
                 .await?;
-                let mut conn = run_migrations(conn, POSTGRES_MIGRATIONS)?;
+                let (mut conn, ran) = run_migrations(conn, POSTGRES_MIGRATIONS, Record::OnConflict);
+                ran?;
                 AnsiTransactionManager::commit_transaction(&mut conn).await?;
                 Ok(DbConnection::Postgres(conn))
             })
@@ -709,6 +857,84 @@ impl DbConnection {
         let params = vec![Param::Text(election), Param::BigInt(ms(older_than))];
         self.write(|d| d.prune_members, params).await?;
         Ok(())
+    }
+
+    /// Runs a statement the dialect gives per backend (see `dialect::hold`); how many
+    /// rows it matched.
+    async fn write_backend(
+        &mut self,
+        statement: fn(Backend) -> &'static str,
+        params: Vec<Param<'_>>,
+    ) -> Result<usize, StoreError> {
+        let written = match self {
+            DbConnection::Postgres(c) => {
+                Statement::new(statement(Backend::Postgres), params)
+                    .execute(c)
+                    .await
+            }
+            DbConnection::Mysql(c) => {
+                Statement::new(statement(Backend::Mysql), params)
+                    .execute(c)
+                    .await
+            }
+            DbConnection::Sqlite(c) => {
+                Statement::new(statement(Backend::Sqlite), params)
+                    .execute(c)
+                    .await
+            }
+        };
+        written.map_err(|error| pooler::explain(error.into()))
+    }
+
+    /// Keeps `holder`'s live lease in `term` for `left` more, renewed no more; whether it
+    /// was still live.
+    pub async fn hold(
+        &mut self,
+        name: &str,
+        holder: &str,
+        term: i64,
+        left: Duration,
+    ) -> Result<bool, StoreError> {
+        let params = vec![
+            Param::BigInt(ms(left)),
+            Param::Text(name),
+            Param::Text(holder),
+            Param::BigInt(term),
+        ];
+        Ok(self.write_backend(super::dialect::hold, params).await? == 1)
+    }
+
+    /// Every live lease, elections' and locks', by name.
+    pub async fn held_rows(&mut self) -> Result<Vec<HeldRow>, StoreError> {
+        let rows: Vec<HeldSql> = match self {
+            DbConnection::Postgres(c) => {
+                Statement::new(super::dialect::held_rows(Backend::Postgres), vec![])
+                    .load(c)
+                    .await
+            }
+            DbConnection::Mysql(c) => {
+                Statement::new(super::dialect::held_rows(Backend::Mysql), vec![])
+                    .load(c)
+                    .await
+            }
+            DbConnection::Sqlite(c) => {
+                Statement::new(super::dialect::held_rows(Backend::Sqlite), vec![])
+                    .load(c)
+                    .await
+            }
+        }
+        .map_err(|error| pooler::explain(error.into()))?;
+        let duration = |ms: i64| Duration::from_millis(ms.max(0) as u64);
+        Ok(rows
+            .into_iter()
+            .map(|row| HeldRow {
+                name: row.name,
+                holder: row.container_id,
+                term: row.term,
+                lease: duration(row.lease_ms),
+                age: duration(row.age_ms),
+            })
+            .collect())
     }
 
     pub async fn release(

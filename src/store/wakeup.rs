@@ -7,6 +7,9 @@
 //!   election's names (see `dialect.rs`).
 //! - SQLite: an exclusive `flock` on a file beside the database, `<db>.wake-<hash>`.
 //!
+//! On a Galera member (`wsrep_on`) a `GET_LOCK` holds on that member only: there the side
+//! lock is not used, and waiting nodes poll (logged once).
+//!
 //! A waiting node that gets the lock after having found it held lets go of it at once (the
 //! other waiters wake in turn) and hints its election to look now. Like a notification, a
 //! wake-up is only a hint: nothing is decided on it, polling goes on as before, and a lost
@@ -29,7 +32,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{sleep, timeout};
 use tracing::{debug, info};
 
-use super::dialect::{MYSQL_WAKE_GIVE_BACK, MYSQL_WAKE_TAKE, Param, Statement};
+use super::dialect::{MYSQL_WAKE_GIVE_BACK, MYSQL_WAKE_TAKE, MYSQL_WSREP_ON, Param, Statement};
 use super::{Backend, DatabaseUrl};
 
 /// The longest single wait for a side lock; a waiting MySQL connection that died without
@@ -196,6 +199,11 @@ trait SideLock: Send + 'static {
     fn ping(&mut self) -> impl Future<Output = Result<(), String>> + Send;
     /// Drops the connection or file, and with them the lock.
     fn reset(&mut self);
+    /// Why this lock is not one lock for every node of the database, if it is not: then
+    /// holding it tells the others nothing, and waiting nodes poll instead.
+    fn unshared(&mut self) -> impl Future<Output = Result<Option<String>, String>> + Send;
+    /// What wakes waiting nodes when the lock is shared, for the log.
+    fn kind(&self) -> &'static str;
 }
 
 /// The task of one side lock: holds it while this node leads, waits for it while the
@@ -203,12 +211,36 @@ trait SideLock: Send + 'static {
 async fn run_side<L: SideLock>(mut lock: L, election: String, mut side: watch::Receiver<Side>) {
     let mut backoff = FREE_BACKOFF_MIN;
     let mut reported = false;
+    let mut checked = false;
     loop {
         let (leading, wake) = {
             let side = side.borrow_and_update();
             let wake = side.wake.clone().filter(|wake| !wake.is_closed());
             (side.leading, wake)
         };
+        // Once, before the lock is first used: a lock that not every node shares (a
+        // Galera member's GET_LOCK) would make a waiting node on another member find it
+        // free whenever it looks, and look again and again. Polling alone is clean: one
+        // statement per round, and a release seen within one interval.
+        if !checked && (leading || wake.is_some()) {
+            match lock.unshared().await {
+                Ok(Some(why)) => {
+                    lock.reset();
+                    info!(
+                        %election,
+                        "wake-ups off: {why}; waiting nodes poll (one statement per round, a \
+                         release seen within one interval)"
+                    );
+                    return;
+                }
+                Ok(None) => {
+                    checked = true;
+                    info!(%election, "wake-ups through {}", lock.kind());
+                }
+                // The lock's own use below fails too, and is reported there.
+                Err(_) => {}
+            }
+        }
         let taken = if leading {
             tokio::select! {
                 taken = lock.take() => taken.map(|taken| (taken, false)),
@@ -316,6 +348,12 @@ async fn hold<L: SideLock>(lock: &mut L, side: &mut watch::Receiver<Side>) -> bo
 }
 
 #[derive(QueryableByName)]
+struct WsrepOn {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    wsrep_on: Option<i64>,
+}
+
+#[derive(QueryableByName)]
 struct Taken {
     #[diesel(sql_type = Nullable<BigInt>)]
     taken: Option<i64>,
@@ -409,6 +447,32 @@ impl SideLock for MysqlLock {
     fn reset(&mut self) {
         self.conn = None;
     }
+
+    /// A Galera member (`wsrep_on`): `GET_LOCK` is the member's own, not the cluster's.
+    /// A server without the variable (MySQL) is not one.
+    async fn unshared(&mut self) -> Result<Option<String>, String> {
+        let bound = self.connect_timeout;
+        let conn = self.connection().await?;
+        let read = diesel::sql_query(MYSQL_WSREP_ON).load::<WsrepOn>(conn);
+        match timeout(bound, read).await {
+            Ok(Ok(rows)) if <[WsrepOn]>::first(&rows).and_then(|r| r.wsrep_on) == Some(1) => {
+                Ok(Some(
+                    "the server is a Galera member (wsrep_on), whose GET_LOCK holds on that \
+                 member only"
+                        .to_owned(),
+                ))
+            }
+            Ok(_) => Ok(None),
+            Err(_) => {
+                self.conn = None;
+                Err("the side connection stopped answering".to_owned())
+            }
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        "GET_LOCK on a side connection"
+    }
 }
 
 /// An exclusive `flock` on a file beside the SQLite database. A blocking wait runs on a
@@ -479,6 +543,14 @@ impl SideLock for FileLock {
 
     fn reset(&mut self) {
         self.held = None;
+    }
+
+    async fn unshared(&mut self) -> Result<Option<String>, String> {
+        Ok(None)
+    }
+
+    fn kind(&self) -> &'static str {
+        "a flock beside the database file"
     }
 }
 

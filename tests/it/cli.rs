@@ -189,9 +189,9 @@ async fn status_needs_nothing_but_select() {
     use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
     let db = TestDb::new(Backend::Postgres);
     let election = common::unique("watched");
-    // The row to read: a lock run under the election's name leaves it released in term 1.
+    // The row to read: a lock run on the election's row leaves it released in term 1.
     let locked = leaderd()
-        .args(["lock", &election, "--", "true"])
+        .args(["lock", "--election-row", &election, "--", "true"])
         .env("LEADERD_DATABASE__URL", &db.url)
         .output()
         .unwrap();

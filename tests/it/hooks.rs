@@ -15,6 +15,7 @@ use std::time::Duration;
 
 mod environment;
 mod escape;
+mod names;
 mod step_down;
 
 const SETTLE: Duration = Duration::from_secs(15);

@@ -15,6 +15,7 @@ use tokio::process::{Child, Command};
 
 mod cron;
 mod processes;
+mod rows;
 
 const HELD: i32 = 75;
 const LOST: i32 = 76;

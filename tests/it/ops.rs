@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 mod alerts;
 mod deploy;
+mod journal;
 mod kubernetes;
+mod metrics;
 mod package;
 
 /// Collects notify messages from a socket given to leaderd as NOTIFY_SOCKET.
@@ -420,7 +422,8 @@ async fn http_endpoints_answer_by_role(backend: Backend) {
         for sample in body.lines().filter(|l| l.starts_with("leaderd_")) {
             assert!(
                 sample.contains(&labelled)
-                    || sample.starts_with("leaderd_log_lines_dropped_total "),
+                    || sample.starts_with("leaderd_log_lines_dropped_total ")
+                    || sample.starts_with("leaderd_build_info{"),
                 "{}: no election label on {sample:?}",
                 node.id
             );

@@ -1,1 +1,1 @@
-ALTER TABLE service_leader_lock DROP COLUMN term_token;
+ALTER TABLE service_leader_lock DROP COLUMN IF EXISTS term_token;

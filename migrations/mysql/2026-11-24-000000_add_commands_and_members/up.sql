@@ -3,11 +3,12 @@
 -- paused_until), a handover (only handover_to may claim until handover_until) and a
 -- resign request (the leader of resign_term steps down). All nullable: nodes of the
 -- previous release ignore them, and their claims and renewals still fence on term.
+-- Can run again (IF NOT EXISTS): DDL commits before the version record is written.
 ALTER TABLE service_leader_lock
-    ADD COLUMN paused_until DATETIME(6) DEFAULT NULL,
-    ADD COLUMN handover_to VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL,
-    ADD COLUMN handover_until DATETIME(6) DEFAULT NULL,
-    ADD COLUMN resign_term BIGINT DEFAULT NULL;
+    ADD COLUMN IF NOT EXISTS paused_until DATETIME(6) DEFAULT NULL,
+    ADD COLUMN IF NOT EXISTS handover_to VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT NULL,
+    ADD COLUMN IF NOT EXISTS handover_until DATETIME(6) DEFAULT NULL,
+    ADD COLUMN IF NOT EXISTS resign_term BIGINT DEFAULT NULL;
 
 -- Every running node of an election, recorded by itself at most every 10 s, off its
 -- renewals. Times are the database clock's.

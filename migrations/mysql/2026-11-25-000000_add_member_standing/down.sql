@@ -1,1 +1,1 @@
-ALTER TABLE leaderd_member DROP COLUMN standing;
+ALTER TABLE leaderd_member DROP COLUMN IF EXISTS standing;

@@ -2,4 +2,4 @@
 -- previous release): observer, candidate, starting or unhealthy (its health check has
 -- not passed yet, or fails), or stopped (it stepped down and left; `leaderd status` lists
 -- it as gone at once, and `handover` refuses it). NULL in records of older versions.
-ALTER TABLE leaderd_member ADD COLUMN standing VARCHAR(16) DEFAULT NULL;
+ALTER TABLE leaderd_member ADD COLUMN IF NOT EXISTS standing VARCHAR(16) DEFAULT NULL;

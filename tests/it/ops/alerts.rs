@@ -29,13 +29,115 @@ fn promtool(args: &[&str]) -> (bool, String) {
     (output.status.success(), text)
 }
 
-const ALERTS: [&str; 5] = [
+const ALERTS: [&str; 11] = [
     "LeaderdNoLeader",
     "LeaderdMultipleLeaders",
     "LeaderdRenewalsFailing",
     "LeaderdClockOffsetLarge",
     "LeaderdLeadershipFlapping",
+    "LeaderdMetricsAbsent",
+    "LeaderdDown",
+    "LeaderdPausedTooLong",
+    "LeaderdHooksFailing",
+    "LeaderdHealthCheckFailing",
+    "LeaderdLockJobNotRun",
 ];
+
+const DASHBOARD: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/config/grafana/leaderd-dashboard.json"
+);
+
+/// The Grafana dashboard is valid JSON; every panel has queries, each naming a leaderd
+/// metric (that leaderd serves them is `the_alert_rules_use_metrics_leaderd_serves`), and
+/// each query parses as PromQL (promtool, as recording rules, with Grafana's variables
+/// filled in); the panels the issue asks for are there.
+#[test]
+fn the_grafana_dashboard_is_valid_and_queries_leaderd_metrics() {
+    let text = std::fs::read_to_string(DASHBOARD).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let mut exprs = Vec::new();
+    let mut ids = BTreeSet::new();
+    for panel in panels {
+        let title = panel["title"].as_str().unwrap();
+        assert!(
+            ids.insert(panel["id"].as_u64().unwrap()),
+            "duplicate id: {title}"
+        );
+        let targets = panel["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "{title} has no query");
+        for target in targets {
+            let expr = target["expr"].as_str().unwrap();
+            assert!(expr.contains("leaderd_"), "{title}: {expr}");
+            exprs.push(expr.to_owned());
+        }
+    }
+    let titles: Vec<&str> = panels
+        .iter()
+        .map(|p| p["title"].as_str().unwrap())
+        .collect();
+    for wanted in [
+        "Leader per election",
+        "Term",
+        "Renew margin",
+        "Handovers",
+        "Hook outcomes",
+        "Database errors",
+    ] {
+        assert!(
+            titles.iter().any(|t| t.starts_with(wanted)),
+            "no {wanted} panel: {titles:?}"
+        );
+    }
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (i, expr) in exprs.iter().enumerate() {
+        let expr = expr
+            .replace("$__rate_interval", "5m")
+            .replace("$election", ".*");
+        rules.push_str(&format!(
+            "      - record: dashboard_{i}\n        expr: {expr:?}\n"
+        ));
+    }
+    let dir = std::env::temp_dir().join(format!("leaderd-dashboard-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("queries.yml");
+    std::fs::write(&file, &rules).unwrap();
+    let (ok, report) = promtool(&["check", "rules", file.to_str().unwrap()]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(ok, "{report}\n{rules}");
+}
+
+/// Where the rules' runbook URLs point, before an operator replaces the base.
+const RUNBOOK_BASE: &str = "https://leaderd.example/docs/operations.md#";
+
+/// Every alert has a runbook_url into docs/operations.md, at a heading of its Runbooks
+/// section (GitHub's anchor: the heading lower-cased).
+#[test]
+fn every_alert_has_a_runbook_in_docs_operations() {
+    let rules = std::fs::read_to_string(RULES).unwrap();
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+        .unwrap();
+    let runbooks = docs
+        .split("\n## Runbooks\n")
+        .nth(1)
+        .expect("docs/operations.md has a Runbooks section");
+    let runbooks = runbooks.split("\n## ").next().unwrap();
+    for block in rules.split("- alert: ").skip(1) {
+        let alert = block.split_whitespace().next().unwrap();
+        let url = block
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("runbook_url: "))
+            .unwrap_or_else(|| panic!("{alert} has no runbook_url"));
+        let anchor = alert.to_lowercase();
+        assert_eq!(url, format!("\"{RUNBOOK_BASE}{anchor}\""), "{alert}");
+        assert!(
+            runbooks.contains(&format!("\n### {alert}\n")),
+            "no runbook heading for {alert} in docs/operations.md"
+        );
+    }
+    assert_eq!(rules.matches("- alert: ").count(), ALERTS.len());
+}
 
 #[test]
 fn the_alert_rules_pass_promtool_check_rules() {
@@ -131,15 +233,39 @@ async fn the_alert_rules_use_metrics_leaderd_serves() {
         settings.election
     );
     let body = metrics_with(port, &errors).await;
-    let (_leader, leader_ports) = Node::start_with_http(&db, &settings, &["b"]);
+    // With a hook, whose run counters are served from the start.
+    let hooked = db.dir.join("hooked.toml");
+    std::fs::write(&hooked, "[hooks]\non_demoted = [\"true\"]\n").unwrap();
+    let leader_settings = NodeSettings {
+        config_file: Some(hooked),
+        ..settings.clone()
+    };
+    let (_leader, leader_ports) = Node::start_with_http(&db, &leader_settings, &["b"]);
     let elected = format!(
         "leaderd_leadership_transitions_total{{election=\"{}\",direction=\"elected\"}} 1",
         settings.election
     );
     let leader_body = metrics_with(leader_ports[0], &elected).await;
+    // The lock metrics come from `leaderd lock --metrics-file` (the textfile collector).
+    let textfile = db.dir.join("lock.prom");
+    let locked = leaderd()
+        .args([
+            "lock",
+            "--metrics-file",
+            textfile.to_str().unwrap(),
+            "job",
+            "--",
+            "true",
+        ])
+        .env("LEADERD_DATABASE__URL", &db.url)
+        .output()
+        .unwrap();
+    assert!(locked.status.success(), "{locked:?}");
+    let lock_text = std::fs::read_to_string(&textfile).unwrap();
     let served: BTreeSet<String> = served_names(&body)
         .into_iter()
         .chain(served_names(&leader_body))
+        .chain(served_names(&lock_text))
         .collect();
     for sample in [
         format!("leaderd_is_leader{{election=\"{}\"}} 0", settings.election),
@@ -155,7 +281,7 @@ async fn the_alert_rules_use_metrics_leaderd_serves() {
         assert!(body.contains(&sample), "no {sample:?} in\n{body}");
     }
 
-    for file in [RULES, RULE_TESTS] {
+    for file in [RULES, RULE_TESTS, DASHBOARD] {
         let text = std::fs::read_to_string(file).unwrap();
         let used: BTreeSet<&str> = text
             .match_indices("leaderd_")

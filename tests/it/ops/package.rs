@@ -546,11 +546,24 @@ const IN_CONTAINER: &str = r#"round() {
   systemctl stop leaderd.service
   systemctl show -p Result leaderd.service
   journalctl -u leaderd.service -o cat --no-pager | tail -n 20
+  echo "journal-fields=$(journalctl -u leaderd.service -o json --no-pager \
+    | grep '"MESSAGE":"role is now leader"' | grep '"ELECTION":"' | grep '"NODE":"' \
+    | grep -c '"TERM":"')"
+  journalctl --rotate >/dev/null 2>&1; journalctl --vacuum-files=1 >/dev/null 2>&1
 }
 round credential
 rm /etc/leaderd/credentials/database-url
 rm -f /var/lib/leaderd/from-credential.sqlite3*
 round none
+# A bad configuration (exit 78) fails the unit at once: no restart loop.
+mkdir -p /etc/systemd/system/leaderd.service.d
+printf '[Service]\nEnvironment=LEADERD_ELECTION__TTL=soon\n' \
+  >/etc/systemd/system/leaderd.service.d/bad.conf
+systemctl daemon-reload
+systemctl start leaderd.service
+sleep 4
+echo "== bad-config"
+systemctl show -p ActiveState -p NRestarts -p Result -p ExecMainStatus leaderd.service
 "#;
 
 /// The unit under a real systemd (252 here), booted in a container (systemd-nspawn, the
@@ -688,9 +701,28 @@ fn the_unit_runs_under_systemd_with_and_without_its_credential() {
         IN_CONTAINER,
         false,
     );
-    let rounds: Vec<&str> = result.split("== ").skip(1).collect();
-    assert_eq!(rounds.len(), 2, "{result}");
+    let mut rounds: Vec<&str> = result.split("== ").skip(1).collect();
+    assert_eq!(rounds.len(), 3, "{result}");
+    // 78 is not restarted: the unit failed once, after 4 s with RestartSec=1s.
+    let bad = rounds.pop().unwrap();
+    for line in [
+        "ActiveState=failed",
+        "NRestarts=0",
+        "Result=exit-code",
+        "ExecMainStatus=78",
+    ] {
+        assert!(bad.contains(line), "no {line:?} in:\n{bad}");
+    }
     for (round, from_credential) in rounds.iter().zip(["1", "0"]) {
+        // Under systemd the events are journal fields: `journalctl -o json` has the role
+        // change with ELECTION, NODE and TERM.
+        let fields: u32 = round
+            .split("journal-fields=")
+            .nth(1)
+            .and_then(|rest| rest.lines().next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{round}"));
+        assert!(fields >= 1, "no role change with journal fields:\n{round}");
         for line in [
             "started",
             "status-local=0",

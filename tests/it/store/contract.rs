@@ -535,6 +535,18 @@ pub(super) async fn members_are_recorded_by_the_database_clock(db: impl Table) {
     assert!(b.seen_ago >= Duration::from_millis(150), "{b:?}");
     assert_eq!(a.no_preempt_for, None);
     assert!(b.no_preempt_for.unwrap() > Duration::from_secs(50));
+    // A shorter hold (a preemption's) never cuts an operator's longer one short.
+    s.hold_preemption("members", "b", Duration::from_secs(4))
+        .await
+        .unwrap();
+    let members = s.members("members").await.unwrap();
+    assert!(members[1].no_preempt_for.unwrap() > Duration::from_secs(50));
+    s.hold_preemption("members", "a", Duration::from_secs(4))
+        .await
+        .unwrap();
+    let members = s.members("members").await.unwrap();
+    let a_hold = members[0].no_preempt_for.unwrap();
+    assert!(a_hold > Duration::from_secs(2) && a_hold <= Duration::from_secs(4));
     s.record_member(&record("a", true), true).await.unwrap();
     let members = s.members("members").await.unwrap();
     assert!(members[0].member_for < Duration::from_millis(150));

@@ -9,6 +9,7 @@
 pub mod db;
 #[macro_use]
 pub mod escape;
+pub mod mariadb;
 pub mod node;
 pub mod proxy;
 pub mod records;

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Applies each deliberate protocol bug in mutants/ in turn and runs the simulator's CI
+# budget of seeds (and its regression scenarios) against it: every mutant must be caught.
+# Prints a table row per mutant: the property and seed that caught it, and how many
+# seeds that took. One the simulator misses is run against the election's and the
+# store's unit tests, and the row says so; it fails only if those miss it too.
+# `--check` only checks that every patch still applies (CI runs that).
+#   scripts/mutants.sh [--check] [mutants/NN-name.patch ...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+check_only=false
+if [ "${1:-}" = "--check" ]; then
+  check_only=true
+  shift
+fi
+patches=("$@")
+[ ${#patches[@]} -gt 0 ] || patches=(mutants/*.patch)
+
+if $check_only; then
+  for patch in "${patches[@]}"; do
+    git apply --check "$patch" || { echo "mutant no longer applies: $patch" >&2; exit 1; }
+  done
+  echo "${#patches[@]} mutants apply"
+  exit 0
+fi
+
+if ! git diff --quiet; then
+  echo "the work tree has changes; commit or stash them first" >&2
+  exit 1
+fi
+applied=""
+trap '[ -z "$applied" ] || git apply -R "$applied"' EXIT
+
+# Build once unmutated, so each mutant only rebuilds the crate.
+cargo test --lib --no-run -q 2>/dev/null
+echo "| mutant | caught by | seeds to catch |"
+echo "|---|---|---|"
+escaped=0
+for patch in "${patches[@]}"; do
+  name=$(basename "$patch" .patch)
+  git apply "$patch"
+  applied=$patch
+  out=$(cargo test -q --lib sim:: 2>&1 || true)
+  unit=""
+  if ! grep -q "test result: FAILED" <<<"$out"; then
+    unit=$(cargo test -q --lib -- election:: store:: 2>&1 || true)
+  fi
+  git apply -R "$patch"
+  applied=""
+  first=${LEADERD_SIM_FIRST:-0}
+  if seen=$(grep -m1 -o 'seed [0-9]* violated property [0-9]*' <<<"$out"); then
+    seed=$(awk '{print $2}' <<<"$seen")
+    property=$(awk '{print $5}' <<<"$seen")
+    echo "| $name | property $property, seed $seed | $((seed - first + 1)) |"
+  elif failed=$(grep -m1 -o 'sim::tests::regressions::[a-z_]*' <<<"$out" | head -1); then
+    echo "| $name | regression scenario ${failed##*::} | (scenario) |"
+  elif grep -q "error\[E" <<<"$out"; then
+    echo "| $name | DOES NOT COMPILE | - |"
+    escaped=$((escaped + 1))
+  elif grep -q "test result: FAILED" <<<"$out"; then
+    echo "| $name | $(grep -m1 -oE '^---- [a-z_:]+' <<<"$out") | - |"
+  elif failed=$(grep -m1 -oE '^---- [a-z_:]+ stdout' <<<"$unit"); then
+    failed=${failed#---- }
+    echo "| $name | missed by the simulator; unit test ${failed% stdout} | - |"
+  else
+    echo "| $name | ESCAPED | - |"
+    escaped=$((escaped + 1))
+  fi
+done
+[ "$escaped" -eq 0 ] || { echo "$escaped mutants escaped" >&2; exit 1; }
