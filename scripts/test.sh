@@ -30,6 +30,13 @@ if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime >/dev/null
 fi
 
+# The man page test checks the page with groff's warnings on.
+if ! command -v groff >/dev/null; then
+  echo "installing groff"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq groff >/dev/null
+fi
+
 # A slow-disk test delays a node's fsyncs with strace.
 if ! command -v strace >/dev/null; then
   echo "installing strace"

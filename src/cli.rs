@@ -10,6 +10,7 @@ use tracing::info;
 
 use crate::config::{Config, ConfigError};
 use crate::daemon::{self, ConfigSource, store};
+use crate::duration;
 use crate::election::Role;
 use crate::election::settings::id_with_suffix;
 use crate::hooks::{self, HookContext};
@@ -23,6 +24,7 @@ use crate::store::{ControlStore, LeaseStore, StoreError};
 mod cron_lock;
 use cron_lock::LockCronFlags;
 mod locks;
+mod man;
 mod wait;
 
 /// Configuration errors (sysexits.h EX_CONFIG).
@@ -49,7 +51,8 @@ pub const EXIT_USAGE: u8 = 2;
     about = "Leader election through the SQL database you already have"
 )]
 pub struct Cli {
-    /// TOML configuration file; LEADERD_<SECTION>__<KEY> variables override it.
+    /// TOML configuration file [default: /etc/leaderd/leaderd.toml, if it exists];
+    /// LEADERD_<SECTION>__<KEY> variables override it.
     #[arg(long, short, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Log line format on stderr [default: log.format, else text].
@@ -78,6 +81,8 @@ enum Command {
         /// Read this node's status file instead of asking the database.
         #[arg(long)]
         local: bool,
+        #[command(flatten)]
+        election: ElectionFlag,
     },
     /// Apply the database migrations and exit.
     Migrate,
@@ -93,6 +98,8 @@ enum Command {
     Resign {
         #[command(flatten)]
         step_down: StepDownFlags,
+        #[command(flatten)]
+        election: ElectionFlag,
     },
     /// Hand leadership over to NODE: NODE is offered the lead and accepts it if it runs
     /// and could lead; then the leader steps down as for `resign`, and only NODE may claim
@@ -109,22 +116,31 @@ enum Command {
         to: String,
         #[command(flatten)]
         step_down: StepDownFlags,
+        #[command(flatten)]
+        election: ElectionFlag,
     },
     /// Freeze the election for maintenance: the leader keeps leading, and no node takes a
     /// free or lapsed lease until the pause ends (after --for, or `leaderd resume`).
     Pause {
         /// How long the pause lasts at most.
-        #[arg(long = "for", default_value = "1h", value_parser = humantime::parse_duration)]
+        #[arg(long = "for", default_value = "1h", value_parser = duration::positive)]
         duration: std::time::Duration,
+        #[command(flatten)]
+        election: ElectionFlag,
     },
     /// End a pause.
-    Resume,
+    Resume {
+        #[command(flatten)]
+        election: ElectionFlag,
+    },
     /// Print a JSON line (election, leader, term, paused, at) whenever the leader, the
     /// term or the pause changes, until interrupted.
     Watch {
         /// Print the current state once and exit.
         #[arg(long)]
         once: bool,
+        #[command(flatten)]
+        election: ElectionFlag,
     },
     /// Run COMMAND while holding the lock NAME, and exit with COMMAND's status.
     ///
@@ -134,7 +150,7 @@ enum Command {
     /// cannot be used. The flags follow flock(1).
     Lock {
         /// The lease length; it is renewed every third of it.
-        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "30s", value_parser = duration::positive)]
         ttl: std::time::Duration,
         #[command(flatten)]
         cron: LockCronFlags,
@@ -162,6 +178,8 @@ enum Command {
     Wait {
         #[command(flatten)]
         args: wait::WaitArgs,
+        #[command(flatten)]
+        election: ElectionFlag,
     },
     /// Validate the configuration and print it, secrets redacted.
     CheckConfig,
@@ -193,6 +211,30 @@ enum Command {
         #[arg(last = true, required_unless_present = "await_command")]
         argv: Vec<String>,
     },
+}
+
+/// `--election NAME`: the operator commands act on this election instead of election.name.
+#[derive(Debug, Clone, clap::Args)]
+struct ElectionFlag {
+    /// The election to act on [default: election.name].
+    #[arg(long = "election", value_name = "NAME")]
+    name: Option<String>,
+}
+
+impl Command {
+    /// The election named by `--election`, if this command has the flag and it was given.
+    fn election(&self) -> Option<&str> {
+        match self {
+            Command::Status { election, .. }
+            | Command::Resign { election, .. }
+            | Command::Handover { election, .. }
+            | Command::Pause { election, .. }
+            | Command::Resume { election }
+            | Command::Watch { election, .. }
+            | Command::Wait { election, .. } => election.name.as_deref(),
+            _ => None,
+        }
+    }
 }
 
 /// The command line without its hidden subcommands, for the completions: clap_complete
@@ -237,16 +279,16 @@ pub fn main() -> ExitCode {
             clap_complete::generate(*shell, &mut visible_command(), "leaderd", &mut text);
             Some(Ok(text))
         }
-        Command::Man => {
-            let mut text = Vec::new();
-            Some(
-                clap_mangen::Man::new(Cli::command())
-                    .render(&mut text)
-                    .map(|()| text),
-            )
-        }
+        Command::Man => Some(man::render(visible_command())),
         _ => None,
     };
+    if generated.is_some() && (cli.config.is_some() || cli.log_format.is_some()) {
+        eprintln!(
+            "leaderd: --config and --log-format mean nothing to `man` and `completions`, \
+             which print the same text whatever the configuration"
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
     if let Some(text) = generated {
         use std::io::Write;
         return match text.and_then(|text| std::io::stdout().write_all(&text)) {
@@ -261,7 +303,14 @@ pub fn main() -> ExitCode {
         Command::Run { id } => id.as_deref(),
         _ => None,
     };
-    let config = match Config::load(cli.config.as_deref(), id) {
+    // --config, else the default file if it exists, else none (defaults and variables).
+    let file = cli.config.clone().or_else(crate::config::default_file);
+    let loaded =
+        Config::load(file.as_deref(), id).and_then(|config| match cli.command.election() {
+            Some(name) => config.with_election(name),
+            None => Ok(config),
+        });
+    let config = match loaded {
         Ok(config) => config,
         Err(error) => {
             eprintln!("leaderd: {error}");
@@ -269,7 +318,13 @@ pub fn main() -> ExitCode {
         }
     };
     let level = match &cli.command {
-        // A cron job's mail should hold the job's output, not leaderd's.
+        // A cron job's mail should hold the job's output, not leaderd's; with -q, nothing
+        // of leaderd's unless it failed.
+        Command::Lock {
+            verbose: false,
+            cron,
+            ..
+        } if cron.quiet => "error",
         Command::Lock { verbose: false, .. } => "warn",
         _ => &config.log_level,
     };
@@ -281,7 +336,29 @@ pub fn main() -> ExitCode {
             false => tracing::warn!(variable = fallback.variable, "{fallback}"),
         }
     }
+    if !config.unknown_variables.is_empty() {
+        tracing::warn!(
+            "ignoring environment variables {}: leaderd reads LEADERD_<SECTION>__<KEY> \
+             (two underscores) and sets the hook variables, and these are neither",
+            config.unknown_variables.join(", ")
+        );
+    }
+    if let Command::CheckConfig | Command::Run { .. } = cli.command {
+        // What the configuration points at: the status file's directory, the hooks.
+        if let Err(error) = config.preflight() {
+            writer.finish();
+            eprintln!("leaderd: {error}");
+            return ExitCode::from(error.exit_code());
+        }
+    }
     if let Command::CheckConfig = cli.command {
+        match &file {
+            Some(file) => println!("# read {}", file.display()),
+            None => println!(
+                "# no configuration file (no --config, and {} does not exist)",
+                crate::config::default_path().display()
+            ),
+        }
         print!("{}", config.to_toml_redacted());
         writer.finish();
         return ExitCode::SUCCESS;
@@ -297,25 +374,27 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Run { id } => {
                 let source = ConfigSource {
-                    file: cli.config.clone(),
+                    file: file.clone(),
                     node_id: id,
                 };
                 done(daemon::run(config, source, log).await)
             }
-            Command::Status { json, local: true } => Ok(local_status(&config, json)),
+            Command::Status {
+                json, local: true, ..
+            } => Ok(local_status(&config, json)),
             Command::Status { json, .. } => done(status(config, json).await),
             Command::Migrate => done(migrate(config).await),
-            Command::Resign { step_down } => {
+            Command::Resign { step_down, .. } => {
                 let term = step_down.term;
                 Ok(operator::step_down(&config, step_down.command(None), term).await?)
             }
-            Command::Handover { to, step_down } => {
+            Command::Handover { to, step_down, .. } => {
                 let term = step_down.term;
                 Ok(operator::step_down(&config, step_down.command(Some(to)), term).await?)
             }
-            Command::Pause { duration } => Ok(operator::pause(&config, duration).await?),
-            Command::Resume => Ok(operator::resume(&config).await?),
-            Command::Watch { once } => {
+            Command::Pause { duration, .. } => Ok(operator::pause(&config, duration).await?),
+            Command::Resume { .. } => Ok(operator::resume(&config).await?),
+            Command::Watch { once, .. } => {
                 let stop = signals::shutdown_signal().context("cannot install signal handlers")?;
                 Ok(operator::watch(&config, once, stop).await?)
             }
@@ -332,7 +411,7 @@ pub fn main() -> ExitCode {
             )
             .await
             .map(ExitCode::from),
-            Command::Wait { args } => wait::wait(config, args).await,
+            Command::Wait { args, .. } => wait::wait(config, args).await,
             Command::Locks { args } => done(locks::locks(config, args).await),
             Command::CheckConfig
             | Command::HookGuard { .. }
@@ -346,7 +425,11 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("leaderd: {error:#}");
+            // The whole chain, each part once (causes that repeat their source's text).
+            eprintln!(
+                "leaderd: {}",
+                crate::store::error_text::chain(error.as_ref())
+            );
             let operator_status = error
                 .chain()
                 .find_map(|e| e.downcast_ref::<operator::OperatorError>())
@@ -371,11 +454,11 @@ pub fn main() -> ExitCode {
 #[derive(Debug, clap::Args)]
 struct StepDownFlags {
     /// How long to wait for another node to take over.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = duration::positive)]
     wait: std::time::Duration,
     /// How long the leader moved away from may not take the lead back by preemption
     /// (`election.priority`); `0` lets it at once.
-    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "5m", value_parser = duration::zero_or_more)]
     hold: std::time::Duration,
     /// Step down even if no node could take over as far as the members table says
     /// (resign), or without the named node's answer (handover).
@@ -421,12 +504,10 @@ struct ElectionReport<'a> {
 async fn status(config: Config, json: bool) -> anyhow::Result<()> {
     // Reads only, so that a role that may only SELECT can ask.
     let mut store = store(&config, false).read_only();
-    let row = store.get(&config.election).await.with_context(|| {
-        format!(
-            "cannot read election {:?} (has `leaderd migrate` run?)",
-            config.election
-        )
-    })?;
+    let row = store
+        .get(&config.election)
+        .await
+        .with_context(|| format!("cannot read election {:?}", config.election))?;
     let ms = |d: std::time::Duration| d.as_millis() as u64;
     let report = ElectionReport {
         election: &config.election,

@@ -3,6 +3,10 @@
 //! holds the typed values, their errors and their TOML form; reading them is `load.rs`.
 
 mod load;
+mod names;
+mod preflight;
+
+pub use names::is_config_variable;
 
 use crate::election::settings::{Setting, SettingsError};
 use crate::hooks::HooksConfig;
@@ -16,11 +20,23 @@ use std::time::Duration;
 pub enum ConfigError {
     #[error("cannot read configuration: {0}")]
     Load(#[from] config::ConfigError),
-    #[error("unknown configuration key `{key}` (from {origin}); known keys: {known}")]
+    #[error("unknown configuration key `{key}` (from {origin}); {hint}")]
     UnknownKey {
         key: String,
         origin: String,
-        known: String,
+        /// The key meant ("did you mean …?"), else the names it could have been.
+        hint: String,
+    },
+    #[error(
+        "environment variable {variable} is not one leaderd reads, so its value would be \
+         ignored; did you mean {meant}? (configuration variables are \
+         LEADERD_<SECTION>__<KEY>, with two underscores)"
+    )]
+    NearMiss {
+        /// The variable set.
+        variable: String,
+        /// The configuration variable it is close to.
+        meant: String,
     },
     #[error("{key} = {value:?}: {reason}")]
     Invalid {
@@ -132,6 +148,9 @@ pub struct Config {
     /// Hook variables taken as configuration because the real key was not set (logged
     /// once logging is up).
     pub env_fallbacks: Vec<EnvFallback>,
+    /// `LEADERD_*` variables that are neither configuration, nor documented, nor close to a
+    /// configuration variable (logged once, as one warning).
+    pub unknown_variables: Vec<String>,
 }
 
 /// `LEADERD_NODE_ID` or `LEADERD_ELECTION` read in place of `node.id` or `election.name`.
@@ -163,18 +182,44 @@ impl fmt::Display for EnvFallback {
     }
 }
 
-/// Whether `name` is one of leaderd's configuration variables, `LEADERD_<SECTION>__<KEY>`
-/// (`LEADERD_DATABASE__URL` carries the password). The `LEADERD_*` variables leaderd hands
-/// to its hooks (`LEADERD_TERM`, `LEADERD_NODE_ID`, …) have no `__` and are not.
-pub fn is_config_variable(name: &str) -> bool {
-    name.strip_prefix(load::ENV_PREFIX)
-        .is_some_and(|rest| rest.contains("__"))
+/// The file read when no `--config` is given, if it exists (where the package puts it).
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/leaderd/leaderd.toml";
+/// Names another default file (tests; other layouts); empty: no default file.
+pub const DEFAULT_CONFIG_VARIABLE: &str = "LEADERD_DEFAULT_CONFIG";
+
+/// The default configuration file: `$LEADERD_DEFAULT_CONFIG`, else
+/// [`DEFAULT_CONFIG_PATH`].
+pub fn default_path() -> PathBuf {
+    std::env::var_os(DEFAULT_CONFIG_VARIABLE)
+        .map_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH), PathBuf::from)
+}
+
+/// The file to read when no `--config` is given: the default one, if it exists.
+pub fn default_file() -> Option<PathBuf> {
+    Some(default_path()).filter(|path| !path.as_os_str().is_empty() && path.exists())
 }
 
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://leaderd.sqlite3";
 pub const DEFAULT_STATUS_PATH: &str = "leaderd.status.json";
 
 impl Config {
+    /// This configuration for another election (`--election NAME`), checked by the
+    /// election's rules.
+    pub fn with_election(mut self, name: &str) -> Result<Self, ConfigError> {
+        crate::election::ElectionSettings::new(name, &self.node_id, self.ttl, self.interval)
+            .map_err(|error| match ConfigError::from(error) {
+                ConfigError::Invalid { value, reason, .. } => ConfigError::Invalid {
+                    key: "--election",
+                    value,
+                    reason,
+                },
+                other => other,
+            })?;
+        self.election = name.to_owned();
+        self.env_fallbacks.retain(|f| f.key != "election.name");
+        Ok(self)
+    }
+
     /// The effective configuration as TOML, with the database password redacted.
     pub fn to_toml_redacted(&self) -> String {
         let d = |d: Duration| humantime::format_duration(d).to_string();
@@ -338,10 +383,23 @@ mod tests {
     fn unknown_keys_are_named() {
         let e = error("[election]\ntll = \"3s\"\n", &[]);
         assert!(e.contains("`election.tll`"), "{e}");
+        assert!(e.contains("did you mean `election.ttl`?"), "{e}");
+        // A misspelt section names the variable, and the one meant.
         let e = error("", &[("LEADERD_ELECTON__TTL", "3s")]);
-        assert!(e.contains("`electon`"), "{e}");
+        assert!(e.contains("`electon.ttl`"), "{e}");
+        assert!(
+            e.contains("from environment variable LEADERD_ELECTON__TTL"),
+            "{e}"
+        );
+        assert!(e.contains("did you mean LEADERD_ELECTION__TTL?"), "{e}");
         let e = error("[nodes]\nid = \"x\"\n", &[]);
-        assert!(e.contains("`nodes`"), "{e}");
+        assert!(e.contains("`nodes.id`") && e.contains("`node.id`?"), "{e}");
+        // One underscore: not a configuration variable, but close to one.
+        let e = error("", &[("LEADERD_DATABASE_URL", "postgres://h/db")]);
+        assert!(e.contains("LEADERD_DATABASE_URL"), "{e}");
+        assert!(e.contains("did you mean LEADERD_DATABASE__URL?"), "{e}");
+        let c = load("", &[("LEADERD_WHATEVER", "1"), ("LEADERD_TERM", "3")]).unwrap();
+        assert_eq!(c.unknown_variables, ["LEADERD_WHATEVER"]);
     }
 
     #[test]

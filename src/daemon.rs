@@ -84,7 +84,13 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     // When the last round completed, for /healthz.
     let (round_times, last_round) = watch::channel(None);
     let observer_metrics = metrics.clone();
+    // A database outage, logged while it lasts (at most every 10 s, with its cause).
+    let outage = crate::outage::OutageLog::default();
+    let outage_log = outage.spawn(election.round_errors());
     election.observe(Arc::new(move |report| {
+        if report.error_kind.is_none() {
+            outage.round_ok();
+        }
         observer_metrics.observe_round(report);
         rounds_completed.send_replace(report.completed);
         round_times.send_replace(Some(std::time::Instant::now()));
@@ -190,6 +196,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     labeling.finish().await;
     writer.await.context("status file writer failed")?;
     notifier.abort();
+    outage_log.abort();
     follower.abort();
     standing_follower.abort();
     if let Some(health) = health {

@@ -29,6 +29,7 @@
 //! - `status_file`, `http`, `metrics`, `systemd`, `kubernetes`: consumers of the published
 //!   status (`kubernetes` labels this node's pod with its role).
 //! - `logging`, `signals`: log output, and signals turned into shutdown and reload.
+//! - `duration`: the one set of rules for every duration flag and key.
 
 pub mod election;
 pub mod lock;
@@ -37,6 +38,7 @@ pub mod store;
 pub(crate) mod cli;
 pub(crate) mod config;
 pub(crate) mod daemon;
+pub(crate) mod duration;
 pub(crate) mod hooks;
 pub(crate) mod http;
 pub(crate) mod kubernetes;
@@ -44,6 +46,7 @@ pub(crate) mod logging;
 pub(crate) mod members;
 pub(crate) mod metrics;
 pub(crate) mod operator;
+pub(crate) mod outage;
 pub(crate) mod signals;
 #[cfg(test)]
 mod sim;

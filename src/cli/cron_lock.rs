@@ -12,7 +12,6 @@ use tokio::time::{Instant, sleep_until};
 use tracing::info;
 
 use super::EXIT_LOCK_HELD;
-use crate::election::settings::MAX_DURATION;
 use crate::lock::{LOCK_ROW_PREFIX, LockError, LockGuard};
 
 /// The flags `leaderd lock` shares with flock(1), and the hold.
@@ -30,7 +29,7 @@ pub(super) struct LockCronFlags {
     #[arg(long, short = 'E', value_name = "N", default_value_t = EXIT_LOCK_HELD)]
     pub(super) conflict_exit_code: u8,
     /// Print nothing when the lock is held elsewhere (no cron mail for the hosts that
-    /// did not run the job).
+    /// did not run the job), and nothing of leaderd's own unless it failed.
     #[arg(long, short = 'q')]
     pub(super) quiet: bool,
     /// Keep the lock taken until at least this long after it was taken, even if COMMAND
@@ -42,7 +41,7 @@ pub(super) struct LockCronFlags {
     /// The longest COMMAND may run (ShedLock's lockAtMostFor): at this long after the lock
     /// was taken it gets SIGTERM, then SIGKILL after --stop-timeout, and leaderd exits
     /// 124 and releases the lock.
-    #[arg(long, value_name = "DURATION", value_parser = parse_hold)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::duration::positive)]
     pub(super) hold_at_most: Option<Duration>,
     /// With --hold-at-most: the time COMMAND gets between SIGTERM and SIGKILL.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_hold)]
@@ -156,22 +155,14 @@ fn parse_wait(text: &str) -> Result<Duration, String> {
             Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())?
         }
         Ok(_) => return Err("must be zero or more seconds".to_owned()),
-        Err(_) => humantime::parse_duration(text).map_err(|e| {
-            format!("{e}; write seconds (\"10\", \"0.5\") or a duration (\"10s\", \"1m\")")
-        })?,
+        Err(_) => crate::duration::parse(text)
+            .map_err(|e| format!("{e}, or write seconds as flock(1) does (\"10\", \"0.5\")"))?,
     };
-    at_most_a_day(wait)
+    crate::duration::Rule::zero_means("do not wait").check(wait)
 }
 
 fn parse_hold(text: &str) -> Result<Duration, String> {
-    at_most_a_day(humantime::parse_duration(text.trim()).map_err(|e| e.to_string())?)
-}
-
-fn at_most_a_day(duration: Duration) -> Result<Duration, String> {
-    match duration <= MAX_DURATION {
-        true => Ok(duration),
-        false => Err("must be at most a day".to_owned()),
-    }
+    crate::duration::zero_or_more(text)
 }
 
 /// The signals `leaderd lock` receives: passed on to COMMAND while it runs.
@@ -399,6 +390,7 @@ mod tests {
         assert_eq!(parse_wait("1m 30s"), Ok(Duration::from_secs(90)));
         assert!(parse_wait("-1").is_err());
         assert!(parse_wait("ten").unwrap_err().contains("write seconds"));
+        assert!(parse_hold("0").is_ok() && parse_hold("2d").is_err());
         assert!(parse_wait("2days").unwrap_err().contains("at most a day"));
     }
 }

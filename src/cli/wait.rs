@@ -39,7 +39,7 @@ pub(super) struct WaitArgs {
     #[arg(long, value_enum)]
     until: Until,
     /// Give up after this long (exit 75); without it, wait for as long as it takes.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = crate::duration::positive)]
     timeout: Option<Duration>,
 }
 
@@ -55,8 +55,8 @@ pub(super) async fn wait(config: Config, args: WaitArgs) -> anyhow::Result<ExitC
         true => ExitCode::SUCCESS,
         false => {
             eprintln!(
-                "leaderd: gave up waiting for {:?} after {}",
-                args.until,
+                "leaderd: gave up waiting for {} after {}",
+                args.until.describe(),
                 humantime::format_duration(args.timeout.unwrap_or_default())
             );
             ExitCode::from(EXIT_WAIT_TIMEOUT)
@@ -72,9 +72,32 @@ fn role_in_file(config: &Config) -> Option<Role> {
     (valid_until > SystemTime::now()).then_some(document.role)
 }
 
+impl Until {
+    /// What is waited for, as the flag says it and what it means.
+    fn describe(self) -> &'static str {
+        match self {
+            Until::Leader => "leader (this node leads)",
+            Until::Follower => "follower (this node runs and does not lead)",
+            Until::Elected => "elected (someone leads)",
+            Until::NoLeader => "no-leader (no one leads)",
+        }
+    }
+}
+
 /// Whether the file showed `role` before `give_up`.
 async fn wait_for_file(config: &Config, role: Role, give_up: Option<Instant>) -> bool {
+    let mut said = false;
     loop {
+        // A file that is not there may never come: say so once, and keep waiting.
+        if !said && !config.status_path.exists() {
+            warn!(
+                path = %config.status_path.display(),
+                "no status file at {} (yet): waiting for `leaderd run` with this \
+                 configuration (status.path) to write it",
+                config.status_path.display()
+            );
+            said = true;
+        }
         if role_in_file(config) == Some(role) {
             return true;
         }

@@ -8,62 +8,14 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{
-    Config, ConfigError, DEFAULT_DATABASE_URL, DEFAULT_STATUS_PATH, EnvFallback, invalid, key_of,
-};
-use crate::election::settings::{self, Setting};
+use super::names::{self, KNOWN_KEYS};
+use super::{Config, ConfigError, DEFAULT_DATABASE_URL, DEFAULT_STATUS_PATH, EnvFallback, invalid};
+use crate::duration::{POSITIVE, Rule};
 use crate::hooks::HooksConfig;
 use crate::hooks::health::HealthCheckConfig;
 use crate::kubernetes::KubernetesConfig;
 use crate::logging::LogFormat;
 use crate::store::{Backend, DatabaseUrl, Pooler};
-
-/// Every key leaderd reads, by section. Anything else is an error, so a typo such as
-/// `election.tll` is caught instead of silently running with the default.
-const KNOWN_KEYS: &[(&str, &[&str])] = &[
-    ("node", &["id"]),
-    (
-        "election",
-        &[
-            "name",
-            "ttl",
-            "interval",
-            "candidate",
-            "health_check",
-            "priority",
-            "preempt_after",
-        ],
-    ),
-    (
-        "database",
-        &[
-            "url",
-            "url_file",
-            "password_file",
-            "connect_timeout",
-            "query_timeout",
-            "migrate",
-            "pooler",
-        ],
-    ),
-    ("status", &["path"]),
-    ("log", &["level", "format"]),
-    ("http", &["listen"]),
-    (
-        "kubernetes",
-        &[
-            "role_label",
-            "pod_name",
-            "namespace",
-            "api_url",
-            "token_file",
-            "ca_file",
-        ],
-    ),
-    ("hooks", crate::hooks::config::HOOK_KEYS),
-];
-
-pub(super) const ENV_PREFIX: &str = "LEADERD_";
 
 #[derive(Debug, Default, Deserialize)]
 struct RawConfig {
@@ -150,6 +102,10 @@ impl Config {
         env: &HashMap<String, String>,
         node_id: Option<&str>,
     ) -> Result<Self, ConfigError> {
+        let strays = names::strays(env);
+        if let Some((variable, meant)) = strays.near_miss {
+            return Err(ConfigError::NearMiss { variable, meant });
+        }
         let mut builder = config::Config::builder();
         if let Some(file) = file {
             builder = builder.add_source(
@@ -189,6 +145,7 @@ impl Config {
         config.hooks = hooks;
         config.health_check = health_check;
         config.env_fallbacks = fallbacks;
+        config.unknown_variables = strays.unknown;
         Ok(config)
     }
 
@@ -226,13 +183,11 @@ impl Config {
                 )
             })?,
         };
-        // 0 turns preemption off.
-        let preempt_after = match raw.election.preempt_after.as_deref().map(str::trim) {
-            Some(text) if humantime::parse_duration(text).is_ok_and(|d| d.is_zero()) => {
-                Duration::ZERO
-            }
-            text => duration("election.preempt_after", text, "10s")?,
-        };
+        let preempt_after = duration_by(
+            "election.preempt_after",
+            raw.election.preempt_after.as_deref().unwrap_or("10s"),
+            Rule::zero_means("preemption off"),
+        )?;
         let database_url = database_url(&raw.database, env.get("CREDENTIALS_DIRECTORY"))?;
         let database_url = match raw.database.pooler.as_deref() {
             None => database_url,
@@ -311,6 +266,7 @@ impl Config {
             hooks: HooksConfig::default(),
             kubernetes,
             env_fallbacks: Vec::new(),
+            unknown_variables: Vec::new(),
         })
     }
 }
@@ -494,16 +450,17 @@ fn hook_variable_fallbacks(
     taken
 }
 
-/// Names where an unknown key came from: the environment variable, or the file.
-fn origin_of(key: &str, overrides: &HashMap<String, String>, file: Option<&Path>) -> String {
-    let variable = format!("{ENV_PREFIX}{}", key.replace('.', "__")).to_uppercase();
-    match overrides
-        .keys()
-        .find(|name| name.to_uppercase() == variable)
-    {
-        Some(name) => format!("environment variable {name}"),
-        None => file.map_or_else(|| "the environment".to_owned(), |f| f.display().to_string()),
-    }
+/// The environment variable an unknown key came from, if it did: the one that spells it,
+/// or (for an unknown section) one under it.
+fn variable_for<'a>(key: &str, overrides: &'a HashMap<String, String>) -> Option<&'a String> {
+    let variable = names::variable_of(key);
+    let under = format!("{variable}__");
+    let mut names: Vec<&String> = overrides.keys().collect();
+    names.sort();
+    names.into_iter().find(|name| {
+        let name = name.to_uppercase();
+        name == variable || name.starts_with(&under)
+    })
 }
 
 fn reject_unknown_keys(
@@ -512,22 +469,41 @@ fn reject_unknown_keys(
     file: Option<&Path>,
 ) -> Result<(), ConfigError> {
     let top: HashMap<String, config::Value> = merged.clone().try_deserialize()?;
-    let unknown = |key: String| ConfigError::UnknownKey {
-        origin: origin_of(&key, overrides, file),
-        key,
-        known: KNOWN_KEYS
-            .iter()
-            .flat_map(|(section, keys)| keys.iter().map(move |k| format!("{section}.{k}")))
-            .collect::<Vec<_>>()
-            .join(", "),
+    let unknown = |key: String| {
+        let (origin, hint) = match variable_for(&key, overrides) {
+            Some(name) => (
+                format!("environment variable {name}"),
+                names::suggestion(&key, true),
+            ),
+            None => (
+                file.map_or_else(|| "the environment".to_owned(), |f| f.display().to_string()),
+                names::suggestion(&key, false),
+            ),
+        };
+        ConfigError::UnknownKey { key, origin, hint }
     };
-    for (section, value) in top {
+    let mut sections: Vec<_> = top.into_iter().collect();
+    sections.sort_by(|a, b| a.0.cmp(&b.0));
+    for (section, value) in sections {
         let Some((_, keys)) = KNOWN_KEYS.iter().find(|(s, _)| *s == section) else {
-            return Err(unknown(section));
+            // Name a key under it too, so that the variable and the suggestion are whole.
+            let key = match value.into_table() {
+                Ok(table) => match table.keys().min() {
+                    Some(key) => format!("{section}.{key}"),
+                    None => section,
+                },
+                Err(_) => section,
+            };
+            return Err(unknown(key));
         };
         // A section given as a plain value is a type error that deserialization reports.
         if let Ok(table) = value.into_table() {
-            if let Some(key) = table.keys().find(|key| !keys.contains(&key.as_str())) {
+            let mut table_keys: Vec<&String> = table.keys().collect();
+            table_keys.sort();
+            if let Some(key) = table_keys
+                .into_iter()
+                .find(|key| !keys.contains(&key.as_str()))
+            {
                 return Err(unknown(format!("{section}.{key}")));
             }
         }
@@ -535,18 +511,12 @@ fn reject_unknown_keys(
     Ok(())
 }
 
+/// A duration key (`default` when unset), by the one set of duration rules.
 fn duration(key: &'static str, text: Option<&str>, default: &str) -> Result<Duration, ConfigError> {
-    let text = text.unwrap_or(default);
-    let value = humantime::parse_duration(text.trim()).map_err(|e| {
-        invalid(
-            key,
-            text,
-            format!("not a duration ({e}); write it like \"1200ms\", \"1s\" or \"1m 30s\""),
-        )
-    })?;
-    // Every duration has the election's bounds; the error's reason is used, under `key`.
-    match settings::check_duration(Setting::Ttl, value) {
-        Ok(()) => Ok(value),
-        Err(error) => Err(invalid(key, text, error.reason(key_of))),
-    }
+    duration_by(key, text.unwrap_or(default), POSITIVE)
+}
+
+fn duration_by(key: &'static str, text: &str, rule: Rule) -> Result<Duration, ConfigError> {
+    rule.parse(text)
+        .map_err(|reason| invalid(key, text, reason))
 }

@@ -21,6 +21,7 @@ pub const HOOK_KEYS: &[&str] = &[
     "leader_command",
     "shutdown_timeout",
     "containment",
+    "on_elected_failure",
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +81,41 @@ impl Restart {
     }
 }
 
+/// What a leader does when its `on_elected` fails (exits non-zero, times out, cannot
+/// start): `hooks.on_elected_failure`.
+///
+/// The default is `StepDown`, as keepalived goes to FAULT when a notify script fails: the
+/// hook is the leader's preparation (take the address, promote the replica), and a leader
+/// that skipped it would run `leader_command` and serve as leader without it. Stepping
+/// down hands the lead to a node whose preparation works (this node claims nothing for
+/// one ttl); on a single node, it retries the hook each time it is elected again.
+/// `Ignore` keeps the lead, logs the failure, and starts `leader_command` anyway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ElectedFailure {
+    Ignore,
+    #[default]
+    StepDown,
+}
+
+impl ElectedFailure {
+    pub const CHOICES: &str = "\"step_down\" (the default) or \"ignore\"";
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "ignore" => Some(ElectedFailure::Ignore),
+            "step_down" => Some(ElectedFailure::StepDown),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ElectedFailure::Ignore => "ignore",
+            ElectedFailure::StepDown => "step_down",
+        }
+    }
+}
+
 /// The long-running leader-only process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderCommand {
@@ -101,6 +137,8 @@ pub struct HooksConfig {
     pub shutdown_timeout: Duration,
     /// How fenced hooks are held; read at start only.
     pub containment: ContainmentMode,
+    /// What a failed `on_elected` does.
+    pub on_elected_failure: ElectedFailure,
 }
 
 impl Default for HooksConfig {
@@ -113,6 +151,7 @@ impl Default for HooksConfig {
             leader_command: None,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             containment: ContainmentMode::default(),
+            on_elected_failure: ElectedFailure::default(),
         }
     }
 }
@@ -143,6 +182,23 @@ impl HooksConfig {
             containment: table
                 .get("containment")
                 .map(|v| containment("hooks.containment", v))
+                .transpose()?
+                .unwrap_or_default(),
+            on_elected_failure: table
+                .get("on_elected_failure")
+                .map(|v| {
+                    v.clone()
+                        .into_string()
+                        .ok()
+                        .and_then(|text| ElectedFailure::parse(text.trim()))
+                        .ok_or_else(|| {
+                            error(
+                                "hooks.on_elected_failure",
+                                v,
+                                format!("must be {}", ElectedFailure::CHOICES),
+                            )
+                        })
+                })
                 .transpose()?
                 .unwrap_or_default(),
         })
@@ -183,11 +239,9 @@ pub(super) fn duration(key: &str, value: &config::Value) -> Result<Duration, Hoo
         .clone()
         .into_string()
         .map_err(|_| error(key, value, "must be a duration string such as \"30s\""))?;
-    match humantime::parse_duration(text.trim()) {
-        Ok(d) if !d.is_zero() => Ok(d),
-        Ok(_) => Err(error(key, value, "must be greater than zero")),
-        Err(e) => Err(error(key, value, format!("not a duration ({e})"))),
-    }
+    crate::duration::POSITIVE
+        .parse(&text)
+        .map_err(|reason| error(key, value, reason))
 }
 
 pub(super) fn env(
@@ -332,6 +386,10 @@ impl HooksConfig {
             duration_value(self.shutdown_timeout),
         );
         table.insert("containment".into(), self.containment.as_str().into());
+        table.insert(
+            "on_elected_failure".into(),
+            self.on_elected_failure.as_str().into(),
+        );
         for (name, hook) in [
             ("on_elected", &self.on_elected),
             ("on_demoted", &self.on_demoted),

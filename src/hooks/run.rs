@@ -242,7 +242,10 @@ pub(super) async fn run(
         _ => "failure",
     };
     context.count_run(spec.hook, counted, process.elapsed());
-    if outcome.success() {
+    if outcome.success() && spec.hook == "health_check" {
+        // Every few seconds while all is well: what changes is logged by the check.
+        debug!(hook = spec.hook, elapsed_ms, "hook finished: {result}");
+    } else if outcome.success() {
         info!(hook = spec.hook, elapsed_ms, "hook finished: {result}");
     } else if outcome.stopped {
         info!(

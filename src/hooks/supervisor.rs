@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 use tracing::{debug, info, warn};
 
-use super::config::{HookCommand, HooksConfig, Restart};
+use super::config::{ElectedFailure, HookCommand, HooksConfig, Restart};
 use super::process::{Io, WarmGuard};
 use super::run::{HookContext, RunOutcome, RunSpec, run};
 use crate::election::{ResignHandle, Role, RoleEvent, Status};
@@ -316,7 +316,11 @@ impl Supervisor {
                 current,
                 term,
             } => {
-                self.previous_leader = previous;
+                // The leader before the current one, over a spell without one: followers
+                // that see b, then no one, then a, keep b as a's previous leader.
+                if previous.is_some() {
+                    self.previous_leader = previous;
+                }
                 self.leader = current;
                 self.term = term.or(self.term);
                 if let Some(command) = self.config.on_leader_change.clone() {
@@ -401,10 +405,9 @@ impl Supervisor {
                     // A leader_command added by the reload starts now.
                     self.start_leader_command();
                 }
-                (_, elected_term) = join_running(&mut self.event_run) => {
+                (outcome, elected_term) = join_running(&mut self.event_run) => {
                     if elected_term.is_some() && elected_term == self.leading {
-                        // The leader's long-running work starts once on_elected is done.
-                        self.start_leader_command();
+                        self.on_elected_ended(outcome);
                     }
                 }
                 _ = sleep_until(self.next_while), if while_due => {
@@ -441,6 +444,31 @@ impl Supervisor {
                 }
             }
         }
+    }
+
+    /// This term's on_elected ended while this node still leads: the leader's long-running
+    /// work starts, unless the hook failed and `on_elected_failure` says to step down.
+    fn on_elected_ended(&mut self, outcome: Option<RunOutcome>) {
+        let failed = outcome.as_ref().is_none_or(|o| !o.success());
+        if failed
+            && !self.stopping
+            && self.resigning.is_none()
+            && self.config.on_elected_failure == ElectedFailure::StepDown
+        {
+            warn!(
+                term = self.leading,
+                "on_elected failed; stepping down (hooks.on_elected_failure = \"step_down\")"
+            );
+            self.begin_step_down(StepDown::Resign);
+            return;
+        }
+        if failed {
+            warn!(
+                term = self.leading,
+                "on_elected failed; leading anyway (hooks.on_elected_failure = \"ignore\")"
+            );
+        }
+        self.start_leader_command();
     }
 
     fn leader_command_ended(&mut self, outcome: Option<RunOutcome>, term: Option<i64>) {

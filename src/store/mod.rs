@@ -6,6 +6,7 @@
 //! cancellation, so it is never reused in an unknown state.
 
 mod dialect;
+pub(crate) mod error_text;
 #[cfg(any(test, feature = "test-util"))]
 pub mod memory;
 mod notify;
@@ -300,23 +301,25 @@ impl ProcessToken {
 }
 
 #[derive(Debug, thiserror::Error)]
+///
+/// Each message holds its cause's text, and no variant has a `source()`: a chain printed
+/// with `{:#}` says each thing once, and a log line (`%error`) keeps the root cause
+/// (connection refused, no such host, a TLS or authentication failure).
 pub enum StoreError {
-    #[error("cannot connect to {url}: {source}")]
+    #[error("cannot connect to {url}: {}", error_text::connection(.cause))]
     Connect {
         url: String,
-        #[source]
-        source: diesel::ConnectionError,
+        cause: diesel::ConnectionError,
     },
-    #[error("cannot connect to {url}: {source}")]
+    #[error("cannot connect to {url}: {cause}")]
     Tls {
         url: String,
-        #[source]
-        source: Box<tls::TlsError>,
+        cause: Box<tls::TlsError>,
     },
     #[error("connecting to {url} timed out after {}", humantime::format_duration(*.after))]
     ConnectTimeout { url: String, after: Duration },
-    #[error("query failed: {0}")]
-    Query(#[from] diesel::result::Error),
+    #[error("query failed: {}{}", .0, error_text::missing_table_hint(.0))]
+    Query(diesel::result::Error),
     #[error(
         "the table service_leader_lock has no column {column}, which this version needs: \
          run `leaderd migrate` (or start a node with database.migrate = true)"
@@ -324,8 +327,8 @@ pub enum StoreError {
     SchemaOutdated { column: &'static str },
     #[error("query timed out after {}", humantime::format_duration(*.after))]
     QueryTimeout { after: Duration },
-    #[error("migrations failed: {0}")]
-    Migration(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("migrations failed: {}", error_text::chain(.0.as_ref()))]
+    Migration(Box<dyn std::error::Error + Send + Sync>),
     #[error(
         "another node held the migration lock ({lock}) for more than {}, so the migrations \
          were not run: retry; if it stays held, find what holds it, or run `leaderd \
@@ -334,7 +337,7 @@ pub enum StoreError {
     )]
     MigrationLockTimeout { lock: String, waited: Duration },
     #[error("database task failed: {0}")]
-    Task(#[from] tokio::task::JoinError),
+    Task(tokio::task::JoinError),
     #[error("this store cannot {operation}")]
     Unsupported { operation: &'static str },
     #[error(
@@ -344,6 +347,18 @@ pub enum StoreError {
          a pool in session mode"
     )]
     TransactionPooler { message: String },
+}
+
+impl From<diesel::result::Error> for StoreError {
+    fn from(error: diesel::result::Error) -> Self {
+        StoreError::Query(error)
+    }
+}
+
+impl From<tokio::task::JoinError> for StoreError {
+    fn from(error: tokio::task::JoinError) -> Self {
+        StoreError::Task(error)
+    }
 }
 
 impl StoreError {

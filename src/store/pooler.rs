@@ -104,7 +104,7 @@ pub(super) fn explain(error: StoreError) -> StoreError {
     let info = match &error {
         StoreError::Query(DatabaseError(_, info)) => info,
         StoreError::Connect {
-            source: ConnectionError::CouldntSetupConfiguration(DatabaseError(_, info)),
+            cause: ConnectionError::CouldntSetupConfiguration(DatabaseError(_, info)),
             ..
         } => info,
         _ => return error,

@@ -394,9 +394,9 @@ impl DbConnection {
         statement_timeout: Duration,
     ) -> Result<Self, StoreError> {
         let limit = ms(statement_timeout).max(1);
-        let connect_error = |source| StoreError::Connect {
+        let connect_error = |cause| StoreError::Connect {
             url: url.redacted(),
-            source,
+            cause,
         };
         let conn = match url.backend() {
             Backend::Postgres => {

@@ -15,8 +15,9 @@
 //! (1) As in libpq: `require` with a root certificate file given checks the chain like
 //! `verify-ca`. The roots are the system's unless `sslrootcert`/`ssl-ca` names a file.
 //!
-//! A connection that ends up unencrypted is logged once per host and process, as a
-//! warning that names the host (never the URL, which may carry a password).
+//! A connection that ends up unencrypted by default (`prefer`, and the server offers no
+//! TLS) is logged once per host and process, as a warning that names the host (never the
+//! URL, which may carry a password); an explicit `disable` draws no warning.
 
 use diesel_async::{AsyncMysqlConnection, AsyncPgConnection};
 use rustls::client::WebPkiServerVerifier;
@@ -612,26 +613,17 @@ fn postgres_hosts(config: &tokio_postgres::Config) -> String {
     }
 }
 
-/// Whether every host of the configuration is a Unix socket, where TLS does not apply.
-fn postgres_local_only(config: &tokio_postgres::Config) -> bool {
-    !config.get_hosts().is_empty()
-        && config
-            .get_hosts()
-            .iter()
-            .all(|host| matches!(host, tokio_postgres::config::Host::Unix(_)))
-}
-
-fn connect_error(url: &DatabaseUrl, source: diesel::ConnectionError) -> StoreError {
+fn connect_error(url: &DatabaseUrl, cause: diesel::ConnectionError) -> StoreError {
     StoreError::Connect {
         url: url.redacted(),
-        source,
+        cause,
     }
 }
 
-fn tls_error(url: &DatabaseUrl, source: TlsError) -> StoreError {
+fn tls_error(url: &DatabaseUrl, cause: TlsError) -> StoreError {
     StoreError::Tls {
         url: url.redacted(),
-        source: Box::new(source),
+        cause: Box::new(cause),
     }
 }
 
@@ -639,18 +631,26 @@ fn tls_error(url: &DatabaseUrl, source: TlsError) -> StoreError {
 /// `target_session_attrs` are tokio-postgres's own, so multi-host URLs work as they do
 /// there.
 pub async fn connect_postgres(url: &DatabaseUrl) -> Result<AsyncPgConnection, StoreError> {
-    let (rest, params) = split(url.expose(), Backend::Postgres).map_err(|e| tls_error(url, e))?;
+    let (rest, params) = split(url.address(), Backend::Postgres).map_err(|e| tls_error(url, e))?;
     let mut config = tokio_postgres::Config::from_str(&rest).map_err(|error| {
         connect_error(
             url,
             diesel::ConnectionError::InvalidConnectionUrl(error.to_string()),
         )
     })?;
+    // The credentials as fields, never through the URL text (see `DatabaseUrl`).
+    if let Some(user) = url.user() {
+        config.user(user);
+    }
+    if let Some(password) = url.password() {
+        config.password(password);
+    }
     // A server's refusal reads "db error" alone; its own message says what is wrong.
     let bad_connection = |error: tokio_postgres::Error| {
         let message = match error.as_db_error() {
             Some(db) => db.to_string(),
-            None => error.to_string(),
+            // The root cause (refused, no such host, unreachable) is in the chain only.
+            None => super::error_text::chain(&error),
         };
         connect_error(url, diesel::ConnectionError::BadConnection(message))
     };
@@ -660,9 +660,7 @@ pub async fn connect_postgres(url: &DatabaseUrl) -> Result<AsyncPgConnection, St
             .connect(tokio_postgres::NoTls)
             .await
             .map_err(bad_connection)?;
-        if !postgres_local_only(&config) {
-            warn_unencrypted(&postgres_hosts(&config), "sslmode=disable", &POSTGRES);
-        }
+        // Asked for in so many words: no warning.
         return pooler::hand_over(client, connection, url.pooler())
             .await
             .map_err(|e| connect_error(url, e));
@@ -807,7 +805,7 @@ static MYSQL_PLAIN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 /// Opens a MySQL/MariaDB connection with the URL's TLS settings, set up as diesel-async
 /// sets up its own (CLIENT_FOUND_ROWS, no driver statement cache).
 pub async fn connect_mysql(url: &DatabaseUrl) -> Result<AsyncMysqlConnection, StoreError> {
-    let (rest, params) = split(url.expose(), Backend::Mysql).map_err(|e| tls_error(url, e))?;
+    let (rest, params) = split(url.address(), Backend::Mysql).map_err(|e| tls_error(url, e))?;
     let opts = mysql_async::Opts::from_url(&rest).map_err(|error| {
         connect_error(
             url,
@@ -816,7 +814,10 @@ pub async fn connect_mysql(url: &DatabaseUrl) -> Result<AsyncMysqlConnection, St
     })?;
     let host = opts.ip_or_hostname().to_owned();
     let local = opts.socket().is_some();
+    // The credentials as fields, never through the URL text (see `DatabaseUrl`).
     let builder = mysql_async::OptsBuilder::from_opts(opts)
+        .user(url.user())
+        .pass(url.password())
         .stmt_cache_size(0)
         .client_found_rows(true);
     let known_plain = MYSQL_PLAIN
@@ -847,12 +848,13 @@ pub async fn connect_mysql(url: &DatabaseUrl) -> Result<AsyncMysqlConnection, St
         }
         Err(error) => return Err(mysql_failure(url, &error, &host, &params)),
     };
-    if !encrypted && !local {
-        let why = match params.mode {
-            Mode::Disable => "ssl-mode=DISABLED",
-            _ => "ssl-mode=PREFERRED and the server offers no TLS",
-        };
-        warn_unencrypted(&host, why, &MYSQL);
+    // An explicit ssl-mode=DISABLED asked for it in so many words: no warning.
+    if !encrypted && !local && params.mode != Mode::Disable {
+        warn_unencrypted(
+            &host,
+            "ssl-mode=PREFERRED and the server offers no TLS",
+            &MYSQL,
+        );
     }
     AsyncMysqlConnection::try_from(conn)
         .await
@@ -869,7 +871,7 @@ fn mysql_failure(
         Some(tls) => tls_error(url, tls),
         None => connect_error(
             url,
-            diesel::ConnectionError::BadConnection(error.to_string()),
+            diesel::ConnectionError::BadConnection(super::error_text::chain(error)),
         ),
     }
 }

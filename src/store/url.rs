@@ -26,14 +26,61 @@ pub struct UrlError {
     pub reason: String,
 }
 
-/// A database URL whose password never reaches a log line: `Display` and `Debug` redact it,
-/// and only [`DatabaseUrl::expose`] gives the real text to the driver.
+/// A database URL whose password never reaches a log line: `Display` and `Debug` redact it.
+///
+/// Parsed once: the user name and password are taken out of the URL (percent-decoded) and
+/// handed to the driver as fields ([`DatabaseUrl::user`], [`DatabaseUrl::password`]), and
+/// the driver reads the rest ([`DatabaseUrl::address`]: hosts, database, parameters). So
+/// what `check-config` accepts is what connects: the user information ends at the last
+/// `@` of the authority, as the url crate reads it, whichever driver connects. A `@` or `:`
+/// in a password may be written as is; `/`, `?`, `#` and `%` must be percent-encoded, as
+/// in any URL (`database.password_file` takes the password as it is).
 #[derive(Clone, PartialEq, Eq)]
 pub struct DatabaseUrl {
-    url: String,
+    /// The URL without its user information (`mariadb://` read as `mysql://`).
+    address: String,
+    user: Option<String>,
+    password: Option<String>,
     backend: Backend,
     /// What sits between leaderd and the database (`database.pooler`).
     pooler: Pooler,
+}
+
+/// Percent-encodes all but the unreserved characters (RFC 3986).
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `text` split into the URL without its user information, and the user information
+/// (still encoded) if it has some: up to the last `@` of the authority, which ends at the
+/// first `/`, `?` or `#`.
+fn split_user_info(text: &str) -> (String, Option<&str>) {
+    let Some(start) = text.find("://").map(|i| i + 3) else {
+        return (text.to_owned(), None);
+    };
+    let rest = &text[start..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    match authority.rfind('@') {
+        Some(at) => (
+            format!("{}{}", &text[..start], &rest[at + 1..]),
+            Some(&rest[..at]),
+        ),
+        None => (text.to_owned(), None),
+    }
+}
+
+fn decode(part: &str, what: &str) -> Result<String, String> {
+    percent_encoding::percent_decode_str(part)
+        .decode_utf8()
+        .map(|text| text.into_owned())
+        .map_err(|_| format!("the {what} is not UTF-8 once percent-decoded"))
 }
 
 impl DatabaseUrl {
@@ -57,8 +104,33 @@ impl DatabaseUrl {
                 )));
             }
         };
+        let (address, user, password) = match backend {
+            Backend::Sqlite => (url, None, None),
+            _ => {
+                let (address, user_info) = split_user_info(&url);
+                let (user, password) = match user_info {
+                    None => (None, None),
+                    Some(info) => {
+                        let (user, password) = match info.split_once(':') {
+                            Some((user, password)) => (user, Some(password)),
+                            None => (info, None),
+                        };
+                        let user = Some(decode(user, "user name").map_err(|r| bad(&r))?)
+                            .filter(|u| !u.is_empty());
+                        let password = password
+                            .map(|p| decode(p, "password"))
+                            .transpose()
+                            .map_err(|r| bad(&r))?;
+                        (user, password)
+                    }
+                };
+                (address, user, password)
+            }
+        };
         let parsed = DatabaseUrl {
-            url,
+            address,
+            user,
+            password,
             backend,
             pooler: Pooler::None,
         };
@@ -73,13 +145,14 @@ impl DatabaseUrl {
                 // The TLS parameters are checked here, so a bad one stops `check-config`;
                 // tokio-postgres checks the rest (it knows no verify-* modes).
                 let (rest, _) =
-                    super::tls::split(&parsed.url, backend).map_err(|e| bad(&e.to_string()))?;
+                    super::tls::split(&parsed.address, backend).map_err(|e| bad(&e.to_string()))?;
                 check_postgres(&rest).map_err(|reason| bad(&reason))?
             }
             Backend::Mysql => {
-                url::Url::parse(&parsed.url).map_err(|e| bad(&format!("not a valid URL: {e}")))?;
+                url::Url::parse(&parsed.address)
+                    .map_err(|e| bad(&format!("not a valid URL: {e}")))?;
                 // The TLS parameters are checked here, so a bad one stops `check-config`.
-                super::tls::split(&parsed.url, backend).map_err(|e| bad(&e.to_string()))?;
+                super::tls::split(&parsed.address, backend).map_err(|e| bad(&e.to_string()))?;
             }
         }
         Ok(parsed)
@@ -89,39 +162,64 @@ impl DatabaseUrl {
         self.backend
     }
 
-    /// The URL with its password, for the database driver only.
-    pub fn expose(&self) -> &str {
-        &self.url
+    /// The URL without its user information, for the driver: hosts, database, parameters.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// The user name, percent-decoded.
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_deref()
+    }
+
+    /// The password, percent-decoded: for the driver only.
+    pub fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
+    /// The URL with its password (percent-encoded), for tests.
+    pub fn expose(&self) -> String {
+        self.with_user_info(self.password.as_deref().map(encode))
+    }
+
+    /// The URL with the user information put back, the password as given.
+    fn with_user_info(&self, password: Option<String>) -> String {
+        if self.user.is_none() && password.is_none() {
+            return self.address.clone();
+        }
+        let Some(start) = self.address.find("://").map(|i| i + 3) else {
+            return self.address.clone();
+        };
+        let user = self.user.as_deref().map(encode).unwrap_or_default();
+        let password = password.map(|p| format!(":{p}")).unwrap_or_default();
+        format!(
+            "{}{user}{password}@{}",
+            &self.address[..start],
+            &self.address[start..]
+        )
     }
 
     /// For `sqlite://PATH`: the file path (`sqlite:///abs/path` is absolute).
     pub fn sqlite_path(&self) -> &str {
-        self.url.strip_prefix("sqlite://").unwrap_or(&self.url)
+        self.address
+            .strip_prefix("sqlite://")
+            .unwrap_or(&self.address)
     }
 
-    /// This URL with `password` in place of its own (percent-encoded as needed). An error
-    /// says why not, without the password.
+    /// This URL with `password` in place of its own. An error says why not, without the
+    /// password.
     pub fn with_password(&self, password: &str) -> Result<DatabaseUrl, &'static str> {
         if self.backend == Backend::Sqlite {
             return Err("an sqlite:// database has no password");
         }
-        let url = match url::Url::parse(&self.url) {
-            Ok(mut url) => {
-                url.set_password(Some(password))
-                    .map_err(|()| "the URL has no host to log in to")?;
-                url.to_string()
-            }
-            Err(_) => multi_host::with_password(&self.url, password).ok_or("not a valid URL")?,
-        };
         Ok(DatabaseUrl {
-            url,
-            backend: self.backend,
-            pooler: self.pooler,
+            password: Some(password.to_owned()),
+            ..self.clone()
         })
     }
 
     pub fn redacted(&self) -> String {
-        redact(&self.url)
+        self.with_user_info(self.password.as_ref().map(|_| "***".to_owned()))
     }
 
     /// This URL, reached through `pooler`.
@@ -203,22 +301,6 @@ mod multi_host {
             None => None,
         }
     }
-
-    /// `text` with `password` (percent-encoded) as its password.
-    pub(super) fn with_password(text: &str, password: &str) -> Option<String> {
-        let (before, _, after) = split(text)?;
-        let encoded: String = password
-            .bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect();
-        let before = before.strip_suffix(':').unwrap_or(before);
-        Some(format!("{before}:{encoded}{after}"))
-    }
 }
 
 impl fmt::Display for DatabaseUrl {
@@ -292,6 +374,25 @@ mod tests {
         assert!(!error.to_string().contains("s3cret"), "{error}");
         assert!(DatabaseUrl::parse("mysql://db/app?ssl-mode=NOPE").is_err());
         assert!(DatabaseUrl::parse("mysql://db/app?ssl-mode=VERIFY_IDENTITY").is_ok());
+    }
+
+    #[test]
+    fn user_information_is_parsed_once_into_fields() {
+        let url =
+            DatabaseUrl::parse("postgres://u%20%40x:p@ss:w%2Frd%25@h:5432/db?sslmode=disable")
+                .unwrap();
+        assert_eq!(url.user(), Some("u @x"));
+        assert_eq!(url.password(), Some("p@ss:w/rd%"));
+        assert_eq!(url.address(), "postgres://h:5432/db?sslmode=disable");
+        assert_eq!(
+            url.to_string(),
+            "postgres://u%20%40x:***@h:5432/db?sslmode=disable"
+        );
+        let url = DatabaseUrl::parse("mysql://root@h/db").unwrap();
+        assert_eq!((url.user(), url.password()), (Some("root"), None));
+        let with = url.with_password("a b%").unwrap();
+        assert_eq!(with.password(), Some("a b%"));
+        assert_eq!(with.expose(), "mysql://root:a%20b%25@h/db");
     }
 
     #[test]

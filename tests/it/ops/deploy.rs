@@ -288,6 +288,8 @@ fn the_kubernetes_manifests_route_by_label_and_every_pod_is_ready_when_healthy()
     let output = leaderd()
         .args(["--config", file.to_str().unwrap(), "check-config"])
         .env("LEADERD_DATABASE__URL_FILE", dir.join("url"))
+        // /run/leaderd is the pod's emptyDir; check-config wants to write there.
+        .env("LEADERD_STATUS__PATH", dir.join("status.json"))
         .env("POD_NAME", "leaderd-0")
         .output()
         .unwrap();
