@@ -33,7 +33,7 @@ pub const EXIT_IN_DOUBT: u8 = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OperatorError {
-    #[error("cannot read election {election:?} (has `leaderd migrate` run?): {source}")]
+    #[error("cannot read election {election:?}: {source}")]
     Read {
         election: String,
         #[source]

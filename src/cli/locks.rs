@@ -42,7 +42,7 @@ pub(super) async fn locks(config: Config, args: LocksArgs) -> anyhow::Result<()>
     let rows = store
         .held_rows()
         .await
-        .context("cannot list the held leases (has `leaderd migrate` run?)")?;
+        .context("cannot list the held leases")?;
     let ms = |d: Duration| d.as_millis() as u64;
     let reports: Vec<HeldReport> = rows
         .into_iter()
