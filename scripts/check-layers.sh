@@ -20,4 +20,15 @@ if violations=$(grep -rnE --include='*.rs' "$pattern" "${existing[@]}"); then
   echo "$violations" >&2
   exit 1
 fi
-echo "layer check passed: store, election and lock import nothing from the daemon side"
+
+# The hooks run commands and know nothing of who reads the results: they may not import
+# the configuration (they get their parsed settings), the status file or the metrics
+# (they report through `hooks::HookRuns`).
+hooks_pattern="(crate|leaderd)::(\{[^}]*\b)?(config|status_file|metrics)\b"
+if violations=$(grep -rnE --include='*.rs' "$hooks_pattern" src/hooks); then
+  echo "layer check failed: src/hooks must not use config, status_file or metrics:" >&2
+  echo "$violations" >&2
+  exit 1
+fi
+echo "layer check passed: store, election and lock import nothing from the daemon side;"
+echo "  hooks import neither config, status_file nor metrics"

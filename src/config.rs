@@ -3,10 +3,9 @@
 //! holds the typed values, their errors and their TOML form; reading them is `load.rs`.
 
 mod load;
-mod names;
 mod preflight;
 
-pub use names::is_config_variable;
+pub use crate::env_names::{DEFAULT_CONFIG_VARIABLE, is_config_variable};
 
 use crate::election::settings::{Setting, SettingsError};
 use crate::hooks::HooksConfig;
@@ -122,7 +121,7 @@ pub struct Config {
     pub candidate: bool,
     /// `[election.health_check]`: while it fails, this node does not claim, and steps
     /// down if it leads.
-    pub health_check: Option<crate::hooks::health::HealthCheckConfig>,
+    pub health_check: Option<crate::hooks::config::health_check::HealthCheckConfig>,
     /// A leader hands over to a candidate of higher priority (see `preempt_after`).
     pub priority: i64,
     /// How long a candidate of higher priority must have been a member before the leader
@@ -184,8 +183,6 @@ impl fmt::Display for EnvFallback {
 
 /// The file read when no `--config` is given, if it exists (where the package puts it).
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/leaderd/leaderd.toml";
-/// Names another default file (tests; other layouts); empty: no default file.
-pub const DEFAULT_CONFIG_VARIABLE: &str = "LEADERD_DEFAULT_CONFIG";
 
 /// The default configuration file: `$LEADERD_DEFAULT_CONFIG`, else
 /// [`DEFAULT_CONFIG_PATH`].

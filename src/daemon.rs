@@ -10,11 +10,12 @@ use tracing::{error, info, warn};
 
 use crate::config::{Config, ConfigError};
 use crate::election::{ClaimGate, Election, ElectionSettings, Status};
-use crate::hooks::health::{self, Health, HealthWiring};
+use crate::hooks::health::{self, HealthWiring};
 use crate::hooks::{self, HookContext, Hooks};
 use crate::logging::LogLevel;
 use crate::metrics::Metrics;
-use crate::status_file::Standing;
+use crate::standing::Health;
+use crate::standing::Standing;
 use crate::store::{SqlStore, Timeouts};
 use crate::{http, kubernetes, members, signals, status_file, systemd};
 
@@ -97,7 +98,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     }));
     let http = match config.http_listen {
         Some(addr) => {
-            let health = http::Health {
+            let liveness = http::Liveness {
                 last_round,
                 stale_after: http::stale_after(&config),
             };
@@ -108,7 +109,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
                 statuses.clone(),
                 standing.clone(),
                 metrics.clone(),
-                health,
+                liveness,
             )
             .await?;
             info!(%bound, "serving /healthz, /leader, /status and /metrics");
@@ -121,7 +122,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         node_id: config.node_id.clone(),
         interval: config.interval,
         ttl: config.ttl,
-        metrics: Some(metrics.clone()),
+        metrics: Some(std::sync::Arc::new(metrics.clone())),
         containment: hooks::resolve_containment(config.hooks.containment)?,
     };
     // Always running, so that a reload can add hooks to a node that had none.

@@ -18,7 +18,8 @@ use tokio::task::JoinHandle;
 use crate::config::Config;
 use crate::election::{Role, Status};
 use crate::metrics::Metrics;
-use crate::status_file::{Standing, StatusDocument};
+use crate::standing::Standing;
+use crate::status_file::StatusDocument;
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot listen on http.listen = {addr}: {source}")]
@@ -34,12 +35,12 @@ struct Shared {
     status: watch::Receiver<Status>,
     standing: watch::Receiver<Standing>,
     metrics: Metrics,
-    health: Health,
+    liveness: Liveness,
 }
 
 /// What `/healthz` judges: when the last election round completed (failed rounds too:
 /// the loop is turning), and how old that may be.
-pub struct Health {
+pub struct Liveness {
     pub last_round: watch::Receiver<Option<Instant>>,
     pub stale_after: Duration,
 }
@@ -57,7 +58,7 @@ pub async fn serve(
     status: watch::Receiver<Status>,
     standing: watch::Receiver<Standing>,
     metrics: Metrics,
-    health: Health,
+    liveness: Liveness,
 ) -> Result<(SocketAddr, JoinHandle<()>), HttpError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -71,7 +72,7 @@ pub async fn serve(
         status,
         standing,
         metrics,
-        health,
+        liveness,
     });
     let app = Router::new()
         .route("/healthz", get(healthz))
@@ -93,14 +94,14 @@ fn leads(status: &Status) -> bool {
 }
 
 async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
-    let last = *shared.health.last_round.borrow();
+    let last = *shared.liveness.last_round.borrow();
     match last.map(|at| at.elapsed()) {
         None => (
             StatusCode::SERVICE_UNAVAILABLE,
             "starting: no election round completed yet\n",
         )
             .into_response(),
-        Some(age) if age > shared.health.stale_after => {
+        Some(age) if age > shared.liveness.stale_after => {
             let text = format!(
                 "unhealthy: the last election round completed {} ago\n",
                 humantime::format_duration(Duration::from_millis(age.as_millis() as u64))
@@ -157,7 +158,7 @@ mod tests {
             status,
             standing,
             metrics: Metrics::new("e"),
-            health: Health {
+            liveness: Liveness {
                 last_round,
                 stale_after: Duration::from_secs(5),
             },

@@ -29,7 +29,10 @@
 //! - `status_file`, `http`, `metrics`, `systemd`, `kubernetes`: consumers of the published
 //!   status (`kubernetes` labels this node's pod with its role).
 //! - `logging`, `signals`: log output, and signals turned into shutdown and reload.
-//! - `duration`: the one set of rules for every duration flag and key.
+//! - `duration`: the one set of rules for every duration flag and key; `env_names`: the
+//!   `LEADERD_*` variables and what each configures (hooks keep them from their commands).
+//! - `standing`: what a node is besides its role (candidate or observer, its health),
+//!   read by the status file, metrics, `/status`, the members task and the health check.
 
 pub mod election;
 pub mod lock;
@@ -39,6 +42,7 @@ pub(crate) mod cli;
 pub(crate) mod config;
 pub(crate) mod daemon;
 pub(crate) mod duration;
+pub(crate) mod env_names;
 pub(crate) mod hooks;
 pub(crate) mod http;
 pub(crate) mod kubernetes;
@@ -50,6 +54,7 @@ pub(crate) mod outage;
 pub(crate) mod signals;
 #[cfg(test)]
 mod sim;
+pub(crate) mod standing;
 pub(crate) mod status_file;
 pub(crate) mod systemd;
 

@@ -24,8 +24,8 @@ use tracing::{debug, info, warn};
 
 use crate::config::Config;
 use crate::election::Status;
-use crate::hooks::health::Health;
-use crate::status_file::Standing;
+use crate::standing::Health;
+use crate::standing::Standing;
 use crate::store::{
     ControlStore, MEMBER_PERIOD, Member, MemberRecord, MemberStanding, SqlStore, StepDownRequest,
 };

@@ -20,8 +20,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::election::{Role, RoundReport, Status};
-use crate::hooks::health::Health;
-use crate::status_file::Standing;
+use crate::standing::Health;
+use crate::standing::Standing;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TransitionLabels {
@@ -365,6 +365,13 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut text, &self.0.registry)
             .expect("writing to a String cannot fail");
         text
+    }
+}
+
+/// Hooks report their runs here (they know only the trait).
+impl crate::hooks::HookRuns for Metrics {
+    fn hook_ran(&self, hook: &'static str, outcome: &'static str, took: Duration) {
+        Metrics::hook_ran(self, hook, outcome, took);
     }
 }
 

@@ -14,25 +14,7 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 use crate::election::{Role, Status};
-use crate::hooks::health::Health;
-
-/// What this node is in the election besides its role, set by the daemon rather than the
-/// election: a candidate or an observer (`election.candidate = false`), and where its
-/// health check stands, if it has one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Standing {
-    pub candidate: bool,
-    pub health: Option<Health>,
-}
-
-impl Default for Standing {
-    fn default() -> Self {
-        Standing {
-            candidate: true,
-            health: None,
-        }
-    }
-}
+use crate::standing::{Health, Standing};
 
 fn candidate_by_default() -> bool {
     true

@@ -8,11 +8,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::names::{self, KNOWN_KEYS};
 use super::{Config, ConfigError, DEFAULT_DATABASE_URL, DEFAULT_STATUS_PATH, EnvFallback, invalid};
 use crate::duration::{POSITIVE, Rule};
+use crate::env_names::{self as names, KNOWN_KEYS};
 use crate::hooks::HooksConfig;
-use crate::hooks::health::HealthCheckConfig;
+use crate::hooks::config::health_check::HealthCheckConfig;
 use crate::kubernetes::KubernetesConfig;
 use crate::logging::LogFormat;
 use crate::store::{Backend, DatabaseUrl, Pooler};

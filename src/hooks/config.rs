@@ -451,6 +451,8 @@ pub(super) fn env_value(env: &BTreeMap<String, String>) -> toml::Value {
     )
 }
 
+pub mod health_check;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,5 +29,5 @@ pub use config::HooksConfig;
 #[cfg(test)]
 pub use containment::ContainmentMode;
 pub use containment::{ContainmentError, resolve_containment};
-pub use run::{HookContext, run_leased};
+pub use run::{HookContext, HookRuns, run_leased};
 pub use supervisor::Hooks;

@@ -66,7 +66,10 @@ fn cgroup_arg(containment: &Containment) -> Option<std::ffi::OsString> {
 /// leaderd later, and pass on only that).
 fn without_config_variables(command: &mut tokio::process::Command) {
     for (name, _) in std::env::vars_os() {
-        if name.to_str().is_some_and(crate::config::is_config_variable) {
+        if name
+            .to_str()
+            .is_some_and(crate::env_names::is_config_variable)
+        {
             command.env_remove(name);
         }
     }

@@ -14,22 +14,40 @@ use tracing::{debug, info, warn};
 use super::containment::Containment;
 use super::process::{HookProcess, Io, WarmGuard};
 use crate::election::{Role, Status};
-use crate::metrics::Metrics;
 
 /// Between SIGTERM on a timeout and SIGKILL.
 pub(super) const KILL_GRACE: Duration = Duration::from_secs(2);
 
+/// Where hooks report each run, and how it ended (the daemon's metrics count them): hooks
+/// know nothing of who listens.
+pub trait HookRuns: Send + Sync {
+    fn hook_ran(&self, hook: &'static str, outcome: &'static str, took: Duration);
+}
+
 /// What every hook is told about where it runs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HookContext {
     pub election: String,
     pub node_id: String,
     pub interval: Duration,
     pub ttl: Duration,
     /// Where hook runs are counted, if anywhere.
-    pub metrics: Option<Metrics>,
+    pub metrics: Option<std::sync::Arc<dyn HookRuns>>,
     /// How fenced hooks are held, as resolved at start.
     pub containment: Containment,
+}
+
+impl std::fmt::Debug for HookContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HookContext")
+            .field("election", &self.election)
+            .field("node_id", &self.node_id)
+            .field("interval", &self.interval)
+            .field("ttl", &self.ttl)
+            .field("counted", &self.metrics.is_some())
+            .field("containment", &self.containment)
+            .finish()
+    }
 }
 
 impl HookContext {

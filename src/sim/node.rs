@@ -24,8 +24,8 @@ use crate::daemon::serve_until_shutdown;
 use crate::election::{
     CandidacyGate, Election, ElectionSettings, ResignHandle, Role, RoleEvent, Status,
 };
-use crate::hooks::health::Health;
-use crate::status_file::Standing;
+use crate::standing::Health;
+use crate::standing::Standing;
 use crate::store::MemberRecord;
 
 /// How the status file's writes go: each takes `delay` more, and fails while `fail`.

@@ -5,6 +5,9 @@
 
 use std::collections::HashMap;
 
+/// Names another default file (tests; other layouts); empty: no default file.
+pub const DEFAULT_CONFIG_VARIABLE: &str = "LEADERD_DEFAULT_CONFIG";
+
 /// Every key leaderd reads, by section. Anything else is an error, so a typo such as
 /// `election.tll` is caught instead of silently running with the default.
 pub(super) const KNOWN_KEYS: &[(&str, &[&str])] = &[
@@ -70,7 +73,7 @@ pub(super) const HOOK_VARIABLES: &[&str] = &[
 /// Other `LEADERD_*` variables with a documented meaning that are not configuration keys:
 /// the default configuration file's path, and the test suite's own (docs/testing.md).
 pub(super) const OTHER_VARIABLES: &[&str] = &[
-    super::DEFAULT_CONFIG_VARIABLE,
+    DEFAULT_CONFIG_VARIABLE,
     "LEADERD_OLD_RELEASE",
     "LEADERD_FAULT_SEED",
     "LEADERD_KUBERNETES_VALIDATE",
