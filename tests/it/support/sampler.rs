@@ -24,8 +24,11 @@ pub struct Leadership {
     /// The latest `valid_until` it claimed.
     pub valid_until: SystemTime,
     /// When its file first said it no longer led (a clean step-down ends before
-    /// `valid_until`).
+    /// `valid_until`), as far as the samples saw: a short-lived first status after it (a
+    /// few milliseconds, replaced by the next round's) may be missed.
     pub ended_at: Option<SystemTime>,
+    /// The latest `updated_at` of a file that said it led: it led at least until then.
+    pub last_led: SystemTime,
 }
 
 impl Leadership {
@@ -66,7 +69,8 @@ impl Sampler {
                 .find(|l| l.node_id == status.node_id && l.term == term);
             match (status.is_leader(), known) {
                 (true, Some(known)) => {
-                    known.valid_until = known.valid_until.max(status.valid_until)
+                    known.valid_until = known.valid_until.max(status.valid_until);
+                    known.last_led = known.last_led.max(status.updated_at);
                 }
                 (true, None) => self.leaderships.push(Leadership {
                     node_id: status.node_id.clone(),
@@ -74,6 +78,7 @@ impl Sampler {
                     since: status.since,
                     valid_until: status.valid_until,
                     ended_at: None,
+                    last_led: status.updated_at,
                 }),
                 (false, _) => {
                     for open in self.leaderships.iter_mut().filter(|l| {
@@ -90,14 +95,18 @@ impl Sampler {
         statuses
     }
 
-    /// Leaderships seen must not overlap in time, and terms must grow with time.
+    /// Leaderships seen must not overlap in time, and terms must grow with time: a term
+    /// begins after the last instant its predecessor's file said it led. (Not after
+    /// `ended_at`: the first status after a step-down may have been replaced before a
+    /// sample saw it, and the file's times have millisecond resolution; two valid leaders
+    /// at one instant are caught by [`Sampler::sample`].)
     pub fn check_terms(&self) {
         let mut terms = self.leaderships.clone();
         terms.sort_by_key(|l| l.term);
         for pair in terms.windows(2) {
             let (earlier, later) = (&pair[0], &pair[1]);
             assert!(
-                later.since >= earlier.end(),
+                later.since >= earlier.last_led,
                 "term {} of {} began before term {} of {} ended: {terms:#?}",
                 later.term,
                 later.node_id,
