@@ -1,5 +1,4 @@
-//! The simulated database: the lease table ([`Table`], the model the store contract holds
-//! to the SQL), restarts and refused connections, and [`SimStore`], one connection onto it
+//! The connections onto the simulated database (`database.rs`): [`SimStore`], one connection
 //! whose every statement meets the faults its node's dice draw: delays before the
 //! database, in the row lock and on the way back, failures before the commit, answers
 //! lost after it, and the client's timeout.
@@ -12,9 +11,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep};
 
+use super::database::{Db, judge_new_term};
 use super::schedule::{Event, Fault};
 use super::world::World;
-use crate::store::memory::Table;
 use crate::store::{
     Commands, ControlStore, LeaseRow, LeaseStore, Member, MemberRecord, ProcessToken,
     StepDownRequest, StoreError,
@@ -22,70 +21,6 @@ use crate::store::{
 
 /// Time to open a connection.
 const CONNECT: Duration = Duration::from_millis(1);
-
-/// The database beside the table: what restarts and refusals do to connections.
-pub(super) struct Db {
-    pub(super) table: Table,
-    /// Bumped by every restart: connections opened before it are cut.
-    pub(super) epoch: u64,
-    /// New connections are refused until then (a restart, or a refusal window).
-    pub(super) refuse_until: Option<Instant>,
-    /// Release listeners (PostgreSQL's LISTEN), by election name.
-    pub(super) listeners: Vec<(String, mpsc::Sender<()>)>,
-    /// Terms the row let start against its operator columns (property, detail), for the
-    /// next check to report.
-    pub(super) breaches: Vec<(&'static str, String)>,
-}
-
-/// Properties 11 and 12, judged on the row as it was just before a term started.
-fn judge_new_term(db: &mut Db, before: Option<LeaseRow>, starter: &str, reacquire: Option<i64>) {
-    let Some(row) = before else { return };
-    let live_holder = row.live_holder() == Some(starter);
-    if row.paused() && !(reacquire.is_some() && live_holder) {
-        db.breaches.push((
-            "11: no term starts while the election is paused (but a live leader's)",
-            format!("{starter} started term {} on {row:?}", row.term + 1),
-        ));
-    }
-    if reacquire.is_some() && row.pending.resign_term == Some(row.term) {
-        db.breaches.push((
-            "12: a leader asked to step down does not continue its term",
-            format!("{starter} reacquired term {} on {row:?}", row.term),
-        ));
-    }
-    if row.handed_over_away_from(starter) {
-        db.breaches.push((
-            "12: within a handover's window only its target starts a term",
-            format!("{starter} started term {} on {row:?}", row.term + 1),
-        ));
-    }
-}
-
-impl Db {
-    pub(super) fn new() -> Db {
-        Db {
-            table: Table::default(),
-            epoch: 0,
-            refuse_until: None,
-            listeners: Vec::new(),
-            breaches: Vec::new(),
-        }
-    }
-
-    /// Wakes the listeners of `name` (a NOTIFY).
-    pub(super) fn notify(&mut self, name: &str) {
-        self.listeners.retain(|(_, l)| !l.is_closed());
-        for (listening, listener) in &self.listeners {
-            if listening == name {
-                let _ = listener.try_send(());
-            }
-        }
-    }
-
-    fn refusing(&self, now: Instant) -> bool {
-        self.refuse_until.is_some_and(|until| now < until)
-    }
-}
 
 /// What happens to one statement.
 #[derive(Debug, Clone, Copy, Default)]

@@ -10,11 +10,13 @@
 //! `LEADERD_SIM_SEED=N cargo test --lib sim::replay -- --nocapture` to replay one.
 //!
 //! - `schedule`: a run's scenario, drawn from its seed.
-//! - `db`: the simulated database and its connections, with per-statement faults.
+//! - `database`: the simulated database (the table, restarts, listeners).
+//! - `db`: connections onto it, with per-statement faults.
 //! - `node`: one `leaderd run` process and the models of what it runs beside the election.
 //! - `world`: what the simulation knows, and the properties.
 //! - `trace`: the record of a run.
 
+mod database;
 mod db;
 mod node;
 mod schedule;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::db::Db;
+use super::database::Db;
 use super::schedule::Scenario;
 use super::trace::Trace;
 use crate::election::{Role, Status};
