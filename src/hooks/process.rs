@@ -215,6 +215,9 @@ impl HookProcess {
     }
 }
 
+/// How long a closed warm guard gets to exit before it is killed.
+const KILL_GRACE_WARM: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A guard started ahead of time, waiting on its stdin for the hook it is to run: a fenced
 /// hook started through it does not wait for leaderd's own binary to start (a few
 /// milliseconds on a virtual host) at the moment leadership begins. Dropping it closes
@@ -253,6 +256,22 @@ impl WarmGuard {
             child,
             cgroup_parent: containment.cgroup_parent().map(Path::to_owned),
         })
+    }
+
+    /// Closes its pipe and waits (briefly) for the guard to exit, so that a stopping
+    /// leaderd leaves no process behind; one that does not exit in time is killed.
+    pub async fn close(self) {
+        let WarmGuard {
+            fence, mut child, ..
+        } = self;
+        drop(fence);
+        if tokio::time::timeout(KILL_GRACE_WARM, child.wait())
+            .await
+            .is_err()
+        {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
     }
 
     /// Runs `argv` through this guard, fenced by `fence`. An error means the guard is gone

@@ -79,6 +79,8 @@ struct Supervisor {
     /// A guard started ahead of time for the next fenced hook, and when to start the next.
     warm: Option<WarmGuard>,
     warm_due: Option<Instant>,
+    /// The warm guard a shutdown closed, until it has exited.
+    closing_warm: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// A hook run in progress.
@@ -141,6 +143,7 @@ impl Supervisor {
             stopping: false,
             warm: None,
             warm_due: Some(Instant::now()),
+            closing_warm: None,
         }
     }
 
@@ -426,6 +429,9 @@ impl Supervisor {
                 _ = sleep_until(self.warm_due.unwrap_or_else(Instant::now)), if self.warm_due.is_some() => {
                     self.start_warm_guard();
                 }
+                _ = async { self.closing_warm.as_mut().expect("checked").await }, if self.closing_warm.is_some() => {
+                    self.closing_warm = None;
+                }
                 _ = sleep_until(self.command_restart_at.unwrap_or_else(Instant::now)), if self.command_restart_at.is_some() => {
                     self.command_restart_at = None;
                     self.start_leader_command();
@@ -437,6 +443,7 @@ impl Supervisor {
                 if self.leader_work_running(i64::MAX)
                     || self.event_run.is_some()
                     || !self.queue.is_empty()
+                    || self.closing_warm.is_some()
                 {
                     step_down_done = Some(done);
                 } else {

@@ -91,7 +91,11 @@ impl Supervisor {
                 // but on_demoted runs.
                 self.stop_by.send_if_modified(sooner);
                 self.stopping = true;
-                self.warm = None;
+                // Closed, and waited for before the step-down is done (see the loop).
+                self.warm_due = None;
+                if let Some(guard) = self.warm.take() {
+                    self.closing_warm = Some(tokio::spawn(guard.close()));
+                }
                 self.queue.retain(|job| job.demoted_term.is_some());
             }
             StepDown::Resign => self.resigning = self.leading,

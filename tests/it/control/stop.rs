@@ -127,4 +127,74 @@ async fn a_stopped_node_is_gone_at_once(backend: Backend) {
 
 backend_tests!(postgres = Backend::Postgres => sigterm_during_a_slow_reload_starts_no_term, a_stopped_node_is_gone_at_once);
 backend_tests!(mysql = Backend::Mysql => a_stopped_node_is_gone_at_once);
-backend_tests!(sqlite = Backend::Sqlite => a_stopped_node_is_gone_at_once);
+backend_tests!(sqlite = Backend::Sqlite => a_stopped_node_is_gone_at_once, a_stopped_node_leaves_no_guard_behind);
+
+/// The pids of processes whose command line holds every one of `words`.
+fn processes_with(words: &[&str]) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = raw
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if words.iter().all(|w| args.iter().any(|a| a == w)) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// A node with fenced hooks keeps a hook guard started ahead of time; when the node stops,
+/// that guard is gone by the time leaderd exits. Before, leaderd only closed its pipe, and
+/// a guard that was slow to notice outlived it (in CI, by enough to keep the packaged
+/// unit's cgroup busy: ops::package).
+async fn a_stopped_node_leaves_no_guard_behind(backend: Backend) {
+    let db = TestDb::new(backend);
+    let config = db.dir.join("fenced.toml");
+    std::fs::write(
+        &config,
+        "[hooks]\nleader_command = { command = [\"sleep\", \"60\"], stop_timeout = \"1s\" }\n",
+    )
+    .unwrap();
+    let settings = NodeSettings {
+        config_file: Some(config),
+        ..NodeSettings::roomy()
+    };
+    let mut nodes = start_nodes(&db, &settings, &["a", "b"]);
+    let all: Vec<&Node> = nodes.iter().collect();
+    let mut sampler = Sampler::new();
+    let (leader, _) = wait_agreed(&mut sampler, &all).await;
+    let index = nodes.iter().position(|n| n.id != leader).unwrap();
+    let pid = nodes[index].pid().to_string();
+    // The follower's guard, waiting for a hook to run.
+    let guard = ["hook-guard", pid.as_str(), "--await-command"];
+    let start = Instant::now();
+    while processes_with(&guard).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no guard started ahead"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A guard slow to exit (stopped, here; on a loaded host, merely late) must still be
+    // gone before leaderd is: leaderd waits for it, and kills it after a grace.
+    for guard_pid in processes_with(&guard) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(guard_pid), Signal::SIGSTOP);
+    }
+    nodes[index].signal(Signal::SIGTERM);
+    nodes[index]
+        .wait_exit(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(
+        processes_with(&guard),
+        Vec::<i32>::new(),
+        "a guard outlived leaderd"
+    );
+}
