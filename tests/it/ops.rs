@@ -87,8 +87,13 @@ async fn systemd_hears_ready_status_watchdog_reloading_and_stopping_in_order() {
         &[("NOTIFY_SOCKET", &path), ("WATCHDOG_USEC", "1000000")],
     );
     let ready = notify.until("READY=1", Duration::from_secs(15)).await;
+    // READY comes after the first round, with its status. That round can fail on a fresh
+    // SQLite file ("database is locked", seen once in three CI runs under load): READY
+    // still comes, saying so, and a later round leads.
     assert!(
-        ready.contains("STATUS=leader (term 1)") || ready.contains("STATUS=follower"),
+        ready.contains("STATUS=leader (term 1)")
+            || ready.contains("STATUS=follower")
+            || ready.contains("STATUS=unknown: "),
         "READY comes with the first round's status: {ready:?}"
     );
     if !ready.contains("STATUS=leader (term 1)") {
