@@ -15,26 +15,24 @@
 //! - `status`: what the election publishes ([`Status`], [`Role`], [`RoleEvent`],
 //!   [`RoundReport`]).
 //! - `clock`: the monotonic clock and CLOCK_BOOTTIME ([`BootClock`]), and instants on both.
-//! - `hold`: what a node holds in the database ([`Hold`](hold::Hold)), as far as it knows.
-//! - `round`: one round's statements and what their answers mean.
-//! - `step_down`: stop acting, publish it, wait for it to be durable, release.
-//! - `candidacy`: the state machine that folds each round's outcome in; `publish`: what
-//!   it publishes.
-//! - `run`: the loop ([`Election`]) and its handles ([`ResignHandle`], [`RenewHandle`],
-//!   [`ClaimGate`]).
+//! - `machine`: the election as one state machine with no I/O: its `State`, and `step`,
+//!   which takes what happened and returns what to do; `machine/round` takes a round
+//!   through its statements, `machine/fold` says what a finished round means.
+//! - `run`: the loop ([`Election`]) that carries the machine's actions out against the
+//!   store and the channels.
+//! - `handles`: how the loop is steered from outside ([`ResignHandle`], [`RenewHandle`],
+//!   [`ClaimGate`], [`CandidacyGate`]).
 
-mod candidacy;
 mod clock;
-mod hold;
-mod publish;
-mod round;
+mod handles;
+mod machine;
 mod run;
 pub mod settings;
 mod status;
-mod step_down;
 
 pub use clock::{BootClock, boottime};
-pub use run::{CandidacyGate, ClaimGate, Election, RenewHandle, ResignHandle};
+pub use handles::{CandidacyGate, ClaimGate, RenewHandle, ResignHandle};
+pub use run::Election;
 pub use settings::{ElectionSettings, Setting, SettingsError, safety_margin};
 pub use status::{Role, RoleEvent, RoundObserver, RoundReport, Status};
 

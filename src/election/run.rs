@@ -1,31 +1,32 @@
-//! The election loop and the handles that steer it from outside: [`Election`] runs rounds
-//! until its shutdown future completes, then steps down; [`ResignHandle`],
-//! [`RenewHandle`] and [`ClaimGate`] ask it to resign, renew now, or stop claiming.
+//! The election loop: [`Election`] carries out what its state machine (`machine.rs`) asks,
+//! against the store and the channels, and feeds back what happens: answers, timers,
+//! requests from its handles (`handles.rs`), and the stop.
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::{mpsc, oneshot, watch};
-use tokio::time::{Instant, sleep_until};
+use std::time::{Duration, SystemTime};
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, sleep_until, timeout};
 use tracing::{info, warn};
 
-use super::candidacy::{Candidacy, RenewRequest};
-use super::clock::boottime_by_tokio;
-use super::hold::Hold;
-use super::round::{Claimant, Outcome, round};
+use super::clock::{BootClock, Instants, boottime_by_tokio};
+use super::handles::{CandidacyGate, ClaimGate, RenewHandle, RenewRequest, ResignHandle};
+use super::machine::{Action, Input, Machine, Moment, Reply, Statement};
 use super::settings::ElectionSettings;
 use super::status::{RoleEvent, RoundObserver, Status};
-use super::step_down::step_down;
-use crate::store::{Commands, LeaseStore, ProcessToken, StoreError};
+use crate::store::{LeaseStore, ProcessToken, StoreError};
 
-/// How long a stopping node waits for a round that is already in flight.
-const STOP_WAIT_IN_FLIGHT: Duration = Duration::from_millis(400);
+/// How long a stopping node tries to release its row.
+const STOP_RELEASE: Duration = Duration::from_millis(500);
 
 /// One node's election loop.
 pub struct Election<S> {
     settings: Arc<ElectionSettings>,
     store: S,
-    candidacy: Candidacy,
+    machine: Machine,
+    outlets: Outlets,
+    /// CLOCK_BOOTTIME, or a stand-in in tests.
+    boot: BootClock,
     /// Requests to give up leadership (see [`Election::resign_handle`]), in a given term
     /// or any.
     resign: Option<mpsc::Receiver<Option<i64>>>,
@@ -34,87 +35,143 @@ pub struct Election<S> {
     claims: ClaimGate,
     /// Further gates, each closed and opened by one holder (a health check).
     extra_claims: Vec<CandidacyGate>,
-    /// Claim no more once the first term held has ended (see [`Election::single_term`]).
-    single_term: bool,
     /// Ask the store for release notifications (see [`Election::poll_only`]).
     listen_for_releases: bool,
     /// The last status version made durable (see [`Election::release_after`]).
     durable: Option<watch::Receiver<u64>>,
 }
 
-/// Asks a running election to give up leadership: it stops acting as leader, releases the
-/// row, and does not claim again for one ttl, so that another node takes over.
-#[derive(Debug, Clone)]
-pub struct ResignHandle(mpsc::Sender<Option<i64>>);
+/// Where the machine's publications go.
+struct Outlets {
+    settings: Arc<ElectionSettings>,
+    status: watch::Sender<Status>,
+    /// Where role changes go, if anyone listens.
+    events: Option<mpsc::UnboundedSender<RoleEvent>>,
+    /// Where the errors of failed rounds go, if anyone listens (the status carries only
+    /// their text).
+    round_errors: Option<mpsc::UnboundedSender<StoreError>>,
+    observers: Vec<RoundObserver>,
+    /// Renew requests waiting for a successful renewal or the loss of the lease.
+    renewals: Vec<RenewRequest>,
+}
 
-impl ResignHandle {
-    /// Resigns from whatever term this node holds.
-    pub fn resign(&self) {
-        // One pending request is enough.
-        let _ = self.0.try_send(None);
+/// What the loop does next, after carrying out a step's actions.
+#[derive(Default)]
+struct Flow {
+    send: Option<Statement>,
+    abandoned: bool,
+    finish: Option<Option<Result<bool, StoreError>>>,
+}
+
+impl Outlets {
+    fn carry_out(&mut self, actions: Vec<Action>) -> Flow {
+        let mut flow = Flow::default();
+        for action in actions {
+            match action {
+                Action::Send(statement) => flow.send = Some(statement),
+                Action::Abandon => flow.abandoned = true,
+                Action::Finish(released) => flow.finish = Some(released),
+                Action::Publish(status) => {
+                    self.status.send_replace(status);
+                }
+                Action::Event(event) => {
+                    if let Some(events) = &self.events {
+                        let _ = events.send(event);
+                    }
+                }
+                Action::RoundFailed(error) => {
+                    if let Some(errors) = &self.round_errors {
+                        let _ = errors.send(error);
+                    }
+                }
+                Action::Report(report) => {
+                    for observer in &self.observers {
+                        observer(&report);
+                    }
+                }
+                Action::AnswerRenewals(answer) => {
+                    for request in self.renewals.drain(..) {
+                        let _ = request.send(answer);
+                    }
+                }
+                Action::PassOnResign { term } => self.pass_on_resign(term),
+            }
+        }
+        flow
     }
 
-    /// Resigns from `term` only: a request that arrives once that term has ended (and
-    /// another may have begun) is ignored.
-    pub fn resign_term(&self, term: i64) {
-        let _ = self.0.try_send(Some(term));
+    /// Passes an operator's request to step down on to whoever consumes the events (leader
+    /// work stopped, on_demoted), which then resigns through the resign handle. Without a
+    /// consumer nothing here knows whether the leader's work has stopped (`leaderd lock`'s
+    /// command, a library's task), and releasing first would let another node start while
+    /// it runs: the request is refused, and the leader keeps renewing.
+    fn pass_on_resign(&self, term: i64) {
+        let settings = &self.settings;
+        let passed_on = self
+            .events
+            .as_ref()
+            .is_some_and(|events| events.send(RoleEvent::ResignRequested { term }).is_ok());
+        match passed_on {
+            true => {
+                info!(election = %settings.name, node = %settings.node_id, term, "asked to step down")
+            }
+            false => warn!(
+                election = %settings.name, node = %settings.node_id, term,
+                "asked to step down, but nothing here can stop this leader's work \
+                 first; the request is ignored: stop the process instead"
+            ),
+        }
     }
 }
 
-/// Asks a running election to renew its lease now (see [`RenewHandle::renew`]).
-#[derive(Debug, Clone)]
-pub struct RenewHandle(mpsc::Sender<RenewRequest>);
-
-impl RenewHandle {
-    /// Renews the lease at once (or takes the answer of a renewal already on its way), and
-    /// returns the new local deadline when a renewal has succeeded, or `None` if this node does not hold the lease (any more). While the
-    /// database fails, the election keeps retrying until the deadline passes.
-    pub async fn renew(&self) -> Option<Instant> {
-        let (answer, answered) = oneshot::channel();
-        self.0.send(answer).await.ok()?;
-        answered.await.ok().flatten()
-    }
-}
-
-/// Closes an election to new claims for good (a stopping node must not take the lease
-/// while its hooks step down). Renewals of a lease it holds go on. An election claims only
-/// while this gate and every [`CandidacyGate`] it has are open.
-///
-/// ```compile_fail
-/// // A closed stop gate cannot be opened again.
-/// leaderd::ClaimGate::default().open();
-/// ```
-#[derive(Debug, Clone, Default)]
-pub struct ClaimGate(Arc<std::sync::atomic::AtomicBool>);
-
-impl ClaimGate {
-    pub fn close(&self) {
-        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    fn is_closed(&self) -> bool {
-        self.0.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-/// A gate on claims that its one holder closes and opens again (a health check, from
-/// [`Election::extra_claim_gate`]). A type of its own, so that no holder of the stop
-/// gate ([`ClaimGate`]) can reopen that one.
-#[derive(Debug, Clone, Default)]
-pub struct CandidacyGate(ClaimGate);
-
-impl CandidacyGate {
-    pub fn close(&self) {
-        self.0.close();
-    }
-
-    pub fn open(&self) {
-        (self.0).0.store(false, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    fn is_closed(&self) -> bool {
-        self.0.is_closed()
-    }
+/// Carries out one statement against the store (or, for [`Statement::AwaitDurable`],
+/// waits for the status file).
+async fn execute<S: LeaseStore>(
+    store: &mut S,
+    settings: &ElectionSettings,
+    token: ProcessToken,
+    durable: Option<&mut watch::Receiver<u64>>,
+    statement: Statement,
+) -> Result<Reply, StoreError> {
+    let (name, me, ttl) = (
+        settings.name.as_str(),
+        settings.node_id.as_str(),
+        settings.ttl,
+    );
+    Ok(match statement {
+        Statement::Renew { term, seen } => {
+            Reply::Done(store.renew_seeing(name, me, ttl, term, seen).await?)
+        }
+        Statement::Read => Reply::Row(store.get(name).await?),
+        Statement::Reacquire { term } => {
+            Reply::Done(store.reacquire(name, me, token, ttl, term).await?)
+        }
+        Statement::Claim { expected } => {
+            Reply::Done(store.claim(name, me, token, ttl, expected).await?)
+        }
+        Statement::AcceptHandover { term } => {
+            Reply::Done(store.accept_handover(name, me, term).await?)
+        }
+        Statement::EnsureRow => {
+            store.ensure_row(name).await?;
+            Reply::RowEnsured
+        }
+        // A lease that cannot be released in time lapses by itself.
+        Statement::Release { term } => {
+            let release = timeout(STOP_RELEASE, store.release(name, me, term));
+            let released = release.await.unwrap_or(Err(StoreError::QueryTimeout {
+                after: STOP_RELEASE,
+            }));
+            Reply::Done(released?)
+        }
+        Statement::AwaitDurable { version, within } => Reply::Durable(match durable {
+            Some(durable) => {
+                let said = timeout(within, durable.wait_for(|v| *v >= version)).await;
+                matches!(said, Ok(Ok(_)))
+            }
+            None => true,
+        }),
+    })
 }
 
 /// The next message of an optional channel (release notifications, renew and resign
@@ -133,43 +190,26 @@ impl<S: LeaseStore> Election<S> {
     pub fn new(settings: ElectionSettings, store: S) -> (Self, watch::Receiver<Status>) {
         let settings = Arc::new(settings);
         let (status, receiver) = watch::channel(Status::initial());
-        let candidacy = Candidacy {
+        let machine = Machine::new(Arc::clone(&settings), Instant::now());
+        let outlets = Outlets {
             settings: Arc::clone(&settings),
-            boot: Arc::new(boottime_by_tokio),
-            hold: Hold::None,
             status,
-            failures: 0,
-            connected: false,
-            thin_margin: false,
-            in_doubt: None,
-            token: ProcessToken::random(),
-            foreign_term_warned: None,
             events: None,
             round_errors: None,
-            no_claim_until: None,
-            held_any: false,
-            observed_lapse: None,
-            released_in: None,
-            error: None,
-            renewals: Vec::new(),
             observers: Vec::new(),
-            rounds_completed: 0,
-            round_statements: 0,
-            seen: Commands::default(),
-            paused: false,
-            resign_passed_on: None,
-            rng: rand::SeedableRng::from_os_rng(),
+            renewals: Vec::new(),
         };
         (
             Election {
                 settings,
                 store,
-                candidacy,
+                machine,
+                outlets,
+                boot: Arc::new(boottime_by_tokio),
                 resign: None,
                 renew: None,
                 claims: ClaimGate::default(),
                 extra_claims: Vec::new(),
-                single_term: false,
                 listen_for_releases: true,
                 durable: None,
             },
@@ -206,12 +246,12 @@ impl<S: LeaseStore> Election<S> {
     /// lost or given it up, it claims no more (a lock, unlike a candidacy, is not retaken
     /// behind the back of the work that lost it).
     pub fn single_term(&mut self) {
-        self.single_term = true;
+        self.machine.single_term = true;
     }
 
     /// Calls `observer` after every completed round (see [`RoundReport`](super::RoundReport)).
     pub fn observe(&mut self, observer: RoundObserver) {
-        self.candidacy.observers.push(observer);
+        self.outlets.observers.push(observer);
     }
 
     /// Does without release notifications (an election that will not wait for a lease
@@ -234,28 +274,28 @@ impl<S: LeaseStore> Election<S> {
     #[cfg(test)]
     pub(crate) fn seed_randomness(&mut self, seed: u64) {
         let mut rng: rand::rngs::SmallRng = rand::SeedableRng::seed_from_u64(seed);
-        self.candidacy.token = ProcessToken::from_rng(&mut rng);
-        self.candidacy.rng = rng;
+        self.machine.token = ProcessToken::from_rng(&mut rng);
+        self.machine.rng = rng;
     }
 
     /// Replaces CLOCK_BOOTTIME (tests suspend the host with it).
     #[cfg(test)]
     pub(crate) fn set_boot_clock(&mut self, boot: super::BootClock) {
-        self.candidacy.boot = boot;
+        self.boot = boot;
     }
 
     /// The errors of failed rounds from now on, in order, each sent before the status that
     /// reports it (whose [`Status::error`] holds only its text).
     pub fn round_errors(&mut self) -> mpsc::UnboundedReceiver<StoreError> {
         let (sender, receiver) = mpsc::unbounded_channel();
-        self.candidacy.round_errors = Some(sender);
+        self.outlets.round_errors = Some(sender);
         receiver
     }
 
     /// The node's role changes from now on, in order.
     pub fn events(&mut self) -> mpsc::UnboundedReceiver<RoleEvent> {
         let (sender, receiver) = mpsc::unbounded_channel();
-        self.candidacy.events = Some(sender);
+        self.outlets.events = Some(sender);
         receiver
     }
 
@@ -267,12 +307,13 @@ impl<S: LeaseStore> Election<S> {
         let Election {
             settings,
             mut store,
-            mut candidacy,
+            mut machine,
+            mut outlets,
+            boot,
             mut resign,
             mut renew,
             claims,
             extra_claims,
-            single_term,
             listen_for_releases,
             mut durable,
         } = self;
@@ -281,149 +322,81 @@ impl<S: LeaseStore> Election<S> {
             true => store.release_notifications(&settings.name),
             false => None,
         };
-        let mut next_round = Instant::now();
-        let mut held_at_stop = None;
-        'rounds: loop {
-            tokio::select! {
-                biased;
-                _ = &mut shutdown => break 'rounds,
-                _ = sleep_until(candidacy.next_look()), if candidacy.is_leading() => {
-                    candidacy.look_at_deadline();
-                    continue 'rounds;
-                }
-                // Released by its holder: try now rather than at the next poll, and in
-                // the term last seen rather than after reading the row again.
-                // For a leader, an operator command may be pending (commands wake the
-                // same channel): renew now, which sees it.
-                _ = next_message(&mut releases) => {
-                    if !candidacy.is_leading() {
-                        candidacy.released_in = candidacy.status.borrow().term;
-                    }
-                    next_round = Instant::now();
-                    continue 'rounds;
-                }
-                request = next_message(&mut renew) => {
-                    if candidacy.is_leading() {
-                        candidacy.renewals.push(request);
-                        next_round = Instant::now();
-                    } else {
-                        let _ = request.send(None);
-                    }
-                    continue 'rounds;
-                }
-                only_term = next_message(&mut resign) => {
-                    let held = candidacy
-                        .held()
-                        .filter(|(term, _)| only_term.is_none_or(|only| only == *term));
-                    if let Some(held) = held {
-                        info!(election = %settings.name, node = %settings.node_id, term = held.0, "resigning");
-                        step_down(&mut store, &mut candidacy, durable.as_mut(), Some(held), false).await;
-                        candidacy.hold = Hold::None;
-                        candidacy.no_claim_until = Some(Instant::now() + settings.ttl);
-                        next_round = Instant::now();
-                    }
-                    continue 'rounds;
-                }
-                // Due already (a wake-up, a command): now, not at the timer's next
-                // millisecond tick, which a sleep until a past instant waits for.
-                _ = std::future::ready(()), if next_round <= Instant::now() => {}
-                _ = sleep_until(next_round) => {}
-            }
-            let started = Instant::now();
-            let hold = candidacy.hold;
-            let gates_closed =
-                || claims.is_closed() || extra_claims.iter().any(CandidacyGate::is_closed);
-            let done_with_claims = gates_closed() || (single_term && candidacy.held_any);
-            let may_claim = !done_with_claims
-                && candidacy
-                    .no_claim_until
-                    .is_none_or(|until| started >= until);
-            // Closed again just before each claim: a stop may come between a read and it.
-            let may_claim_now = || may_claim && !gates_closed();
-            let released_in = candidacy.released_in.take();
-            let mut statements = 0;
-            // A new term starts with nothing seen.
-            let mut seen = match hold {
-                Hold::Leading { .. } => candidacy.seen,
-                _ => Commands::default(),
-            };
-            let boot = Arc::clone(&candidacy.boot);
-            let result = {
-                let sender = Claimant {
-                    settings: &settings,
-                    boot: &boot,
-                    token: candidacy.token,
-                };
-                let attempt = round(
-                    &mut store,
-                    &sender,
-                    hold,
-                    may_claim_now,
-                    released_in,
-                    &mut statements,
-                    &mut seen,
-                );
-                tokio::pin!(attempt);
-                loop {
-                    tokio::select! {
-                        biased;
-                        _ = &mut shutdown => {
-                            held_at_stop = candidacy.held();
-                            candidacy.stop_acting();
-                            // The round may have just taken the row: learn the term to release.
-                            if let Ok(Ok((Outcome::Holding { term, sent }, _))) =
-                                tokio::time::timeout(STOP_WAIT_IN_FLIGHT, &mut attempt).await
-                            {
-                                held_at_stop = Some((term, candidacy.lease_from(sent)));
+        let moment = || Moment {
+            at: Instants::now(&boot),
+            wall: SystemTime::now(),
+            claims_open: !claims.is_closed() && !extra_claims.iter().any(CandidacyGate::is_closed),
+        };
+        // Far enough never to fire: the timers of disabled branches.
+        let never = || Instant::now() + Duration::from_secs(86_400);
+        let mut next = None;
+        loop {
+            let flow = match next.take() {
+                Some(statement) => {
+                    let answer = execute(
+                        &mut store,
+                        &settings,
+                        machine.token,
+                        durable.as_mut(),
+                        statement,
+                    );
+                    tokio::pin!(answer);
+                    // Until the answer: a stop, the deadline, renew requests (which the
+                    // renewal on its way answers), a stopping node giving up on it.
+                    loop {
+                        let look = machine.next_look(Instant::now());
+                        let give_up = machine.next_round();
+                        let input = tokio::select! {
+                            biased;
+                            _ = &mut shutdown, if !machine.stopping() => Input::Stop,
+                            _ = sleep_until(look.unwrap_or_else(never)), if look.is_some() => Input::Look,
+                            request = next_message(&mut renew), if machine.takes_renew_requests() => {
+                                outlets.renewals.push(request);
+                                Input::RenewRequested
                             }
-                            break 'rounds;
+                            answer = &mut answer => Input::Answer(answer),
+                            _ = sleep_until(give_up.unwrap_or_else(never)), if give_up.is_some() => Input::Due,
+                        };
+                        let answered = matches!(input, Input::Answer(_));
+                        let flow = outlets.carry_out(machine.step(moment(), input));
+                        if answered || flow.abandoned {
+                            break flow;
                         }
-                        _ = sleep_until(candidacy.next_look()), if candidacy.is_leading() => {
-                            candidacy.look_at_deadline();
-                        }
-                        // The renewal on its way answers it (or the deadline does).
-                        request = next_message(&mut renew) => {
-                            candidacy.renewals.push(request);
-                            candidacy.answer_renewals_if_lost();
-                        }
-                        result = &mut attempt => break result,
                     }
+                }
+                None => {
+                    let look = machine.next_look(Instant::now());
+                    let due = machine.next_round().unwrap_or_else(never);
+                    let input = tokio::select! {
+                        biased;
+                        _ = &mut shutdown, if !machine.stopping() => Input::Stop,
+                        _ = sleep_until(look.unwrap_or_else(never)), if look.is_some() => Input::Look,
+                        // Released by its holder: try now rather than at the next poll,
+                        // and in the term last seen rather than after reading the row
+                        // again. For a leader, an operator command may be pending
+                        // (commands wake the same channel): renew now, which sees it.
+                        _ = next_message(&mut releases), if machine.between_rounds() => Input::ReleaseHint,
+                        request = next_message(&mut renew), if machine.takes_renew_requests() => {
+                            outlets.renewals.push(request);
+                            Input::RenewRequested
+                        }
+                        only_term = next_message(&mut resign), if machine.between_rounds() => Input::Resign(only_term),
+                        // Due already (a wake-up, a command): now, not at the timer's next
+                        // millisecond tick, which a sleep until a past instant waits for.
+                        _ = std::future::ready(()), if due <= Instant::now() => Input::Due,
+                        _ = sleep_until(due) => Input::Due,
+                    };
+                    outlets.carry_out(machine.step(moment(), input))
                 }
             };
-            candidacy.round_statements = statements;
-            candidacy.seen = seen;
-            next_round = candidacy.apply(result, started, may_claim);
-            // An operator asked this leader to step down: through the step-down sequence
-            // of whoever consumes the events (leader work stopped, on_demoted), which
-            // then resigns through the resign handle. Without a consumer nothing here
-            // knows whether the leader's work has stopped (`leaderd lock`'s command, a
-            // library's task), and releasing first would let another node start while
-            // it runs: the request is refused, and the leader keeps renewing.
-            if let Hold::Leading { term, .. } = candidacy.hold {
-                if candidacy.seen.resign && candidacy.resign_passed_on != Some(term) {
-                    candidacy.resign_passed_on = Some(term);
-                    let passed_on = candidacy.events.as_ref().is_some_and(|events| {
-                        events.send(RoleEvent::ResignRequested { term }).is_ok()
-                    });
-                    match passed_on {
-                        true => {
-                            info!(election = %settings.name, node = %settings.node_id, term, "asked to step down")
-                        }
-                        false => warn!(
-                            election = %settings.name, node = %settings.node_id, term,
-                            "asked to step down, but nothing here can stop this leader's work \
-                             first; the request is ignored: stop the process instead"
-                        ),
-                    }
-                }
+            if let Some(released) = flow.finish {
+                return released;
             }
-            if single_term && candidacy.held_any {
+            next = flow.send;
+            if machine.claims_ended() {
                 // A lock that was held will not be waited for again.
                 releases = None;
             }
-            candidacy.answer_renewals();
         }
-        let held = held_at_stop.or(candidacy.held());
-        step_down(&mut store, &mut candidacy, durable.as_mut(), held, true).await
     }
 }

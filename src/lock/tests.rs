@@ -203,14 +203,16 @@ async fn a_cancelled_wait_releases_what_it_took() {
     let table = MemoryStore::new();
     let first = options("a").try_acquire(table.handle()).await.unwrap();
     let slow = table.handle();
-    // b's claim takes effect 50 ms after it is sent, and is on its way when the wait is
-    // cancelled.
+    // b's statements take effect 50 ms after they are sent. Its read at 5 s finds the
+    // lease free at 5.05 s; its claim is on its way when the wait is cancelled at 5.07 s.
+    // (A stop ends a round at the statement in flight: a cancel during the read would
+    // send no claim.)
     slow.set_faults(Faults {
         latency: Duration::from_millis(50),
         ..Faults::default()
     });
     let cancel = async {
-        tokio::time::sleep(Duration::from_secs(5) + Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_secs(5) + Duration::from_millis(70)).await;
     };
     let waiter = tokio::spawn(options("b").acquire_unless(slow, Duration::MAX, cancel));
     tokio::time::sleep(Duration::from_secs(5)).await;

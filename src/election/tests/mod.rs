@@ -16,8 +16,8 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::candidacy::BOOT_LOOK_EVERY;
 use super::clock::boottime_by_tokio;
+use super::machine::BOOT_LOOK_EVERY;
 use super::*;
 use crate::store::memory::{Faults, MemoryStore};
 use crate::store::{LeaseStore, ProcessToken};

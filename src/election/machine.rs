@@ -1,0 +1,643 @@
+//! The election as one state machine with no I/O: [`Machine::step`] takes what happened
+//! (an [`Input`]: a statement's answer, a timer, a request, the stop) at a [`Moment`] and
+//! returns what to do ([`Action`]s: send this statement, publish this status, wait for the
+//! status to be durable). The loop in `run.rs` carries the actions out against the store
+//! and the channels; the simulator can carry them out against its model of the database
+//! just as well. What the node holds is the [`State`]; a round's progress through its
+//! statements is in `machine/round.rs`, and what a finished round means in
+//! `machine/fold.rs`.
+
+mod fold;
+mod round;
+
+use rand::rngs::SmallRng;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use super::clock::Instants;
+use super::settings::ElectionSettings;
+use super::status::{Role, RoleEvent, RoundReport, Status};
+use crate::store::{Commands, LeaseRow, ProcessToken, StoreError};
+pub(super) use round::Awaiting;
+
+/// How often a leader looks at CLOCK_BOOTTIME for its deadline: its timers would not
+/// notice that the host slept.
+pub(super) const BOOT_LOOK_EVERY: Duration = Duration::from_millis(100);
+
+/// How long a stopping node waits for the answer of a statement already in flight: a
+/// claim may have just taken the row, and its term is the one to release.
+pub(super) const STOP_WAIT_IN_FLIGHT: Duration = Duration::from_millis(400);
+
+/// What this node holds in the database as far as it knows, and what it is doing about it.
+///
+/// ```text
+///             claim/reacquire answered        deadline passed
+///  Following ─────────────────────────► Leading ───────────────► Lapsed
+///      ▲  ▲      renewal refused           │ resign            │  │
+///      │  └────────────────────────────────┼───────────────────┘  │ reacquire answered
+///      │          resign done              ▼                      ▼
+///      └───────────────────────────── SteppingDown ◄──── (stop) Leading
+///                                          │ stop
+///  any ──stop, a statement in flight──► Stopping ──► SteppingDown ──► Done
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum State {
+    /// Holds nothing: reads the row, and claims a free lease when it may.
+    Following {
+        /// A term this node may hold: its claim failed on the way back, so it may have
+        /// committed. The next read tells, by the row's term token.
+        in_doubt: Option<i64>,
+        /// A term whose release was just announced: the next round claims it without
+        /// reading first.
+        released_in: Option<i64>,
+        /// After resigning, no claim before this instant, so another node takes over.
+        resigned_until: Option<Instant>,
+    },
+    /// Acts as leader in `term` until `deadline`.
+    Leading {
+        term: i64,
+        deadline: Instants,
+        /// The operator commands this leader has seen pending on its row (its renewals
+        /// state them, so a changed one refuses the renewal).
+        seen: Commands,
+        /// Whether an operator's request to step down from this term was passed on.
+        resign_passed_on: bool,
+    },
+    /// The row may still name this node in `term`, but it stopped acting as leader (its
+    /// deadline passed). Leadership resumes only through a new term.
+    Lapsed { term: i64, in_doubt: Option<i64> },
+    /// Giving leadership up: stopped acting, waiting for that to be durable, then
+    /// releasing `term`. `for_good`: the stop; otherwise a resign, which follows after.
+    SteppingDown {
+        term: i64,
+        lease_end: Instants,
+        for_good: bool,
+        /// A stop came during a resign: end once it is done.
+        stop_after: bool,
+    },
+    /// Stopped while a statement was in flight: waits for its answer until `give_up`,
+    /// since a claim's answer names a term to release.
+    Stopping {
+        held: Option<(i64, Instants)>,
+        give_up: Instant,
+    },
+    /// Stopped: nothing more to do.
+    Done,
+}
+
+/// When a step happens, as the machine may know it: both clocks, the wall clock for the
+/// status, and whether every claim gate is open (read by the loop right before the step,
+/// so a gate closed between a read and a claim stops the claim).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Moment {
+    pub(super) at: Instants,
+    pub(super) wall: SystemTime,
+    pub(super) claims_open: bool,
+}
+
+/// What happened.
+#[derive(Debug)]
+pub(super) enum Input {
+    /// The round timer fired (see [`Machine::next_round`]).
+    Due,
+    /// The deadline timer fired (see [`Machine::next_look`]).
+    Look,
+    /// The answer to the statement the machine sent last.
+    Answer(Result<Reply, StoreError>),
+    /// The row's holder released it, or a command woke the row.
+    ReleaseHint,
+    /// A caller waits for a renewal (the loop keeps the request and answers it when told).
+    RenewRequested,
+    /// An operator or a health check asks this node to resign, from the given term only.
+    Resign(Option<i64>),
+    /// The process stops.
+    Stop,
+}
+
+/// A statement for the store. The loop fills in the election's name, node id, ttl and
+/// token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Statement {
+    /// Renew a live lease of ours in `term`, stating the commands seen.
+    Renew {
+        term: i64,
+        seen: Commands,
+    },
+    Read,
+    /// Start `term + 1` on a row still ours in `term`.
+    Reacquire {
+        term: i64,
+    },
+    /// Take a free lease in `expected`, starting `expected + 1`.
+    Claim {
+        expected: i64,
+    },
+    AcceptHandover {
+        term: i64,
+    },
+    EnsureRow,
+    Release {
+        term: i64,
+    },
+    /// Not a statement: wait until the status file has made `version` durable, at most
+    /// `within` (answered by [`Reply::Durable`]).
+    AwaitDurable {
+        version: u64,
+        within: Duration,
+    },
+}
+
+/// A statement's answer.
+#[derive(Debug)]
+pub(super) enum Reply {
+    /// Renew, reacquire, claim, accept, release: whether the row changed.
+    Done(bool),
+    Row(Option<LeaseRow>),
+    RowEnsured,
+    /// Whether the status was made durable in time.
+    Durable(bool),
+}
+
+/// What to do, in order.
+#[derive(Debug)]
+pub(super) enum Action {
+    Send(Statement),
+    /// Drop the statement in flight unanswered.
+    Abandon,
+    Publish(Status),
+    Event(RoleEvent),
+    /// An operator asked this leader to step down: pass the request on to whoever stops
+    /// its work (a [`RoleEvent::ResignRequested`]), or warn that nobody can.
+    PassOnResign {
+        term: i64,
+    },
+    Report(RoundReport),
+    /// A round failed with this error (sent before the status that reports it).
+    RoundFailed(StoreError),
+    /// Answer every waiting renew request: the new deadline, or `None` once the lease is
+    /// lost.
+    AnswerRenewals(Option<Instant>),
+    /// The election has ended: how the release went (`None`: none was sent).
+    Finish(Option<Result<bool, StoreError>>),
+}
+
+/// The health of the connection to the database, as rounds find it.
+#[derive(Debug, Default)]
+pub(super) struct Link {
+    /// Consecutive failed rounds (0 when the database answers).
+    pub(super) failures: u32,
+    /// Whether the last round succeeded, so the store's connection is open.
+    pub(super) connected: bool,
+    /// Whether the round trip was last seen thin against the renew margin.
+    pub(super) thin_margin: bool,
+    /// The last round's error while rounds keep failing.
+    pub(super) error: Option<String>,
+}
+
+/// One node's election, as a state machine.
+pub(super) struct Machine {
+    pub(super) settings: Arc<ElectionSettings>,
+    /// Marks the terms this election starts, so that it can tell an in-doubt term of its
+    /// own from one another process with the same node id started.
+    pub(super) token: ProcessToken,
+    pub(super) state: State,
+    /// The statement whose answer the machine waits for, and the round it belongs to.
+    pub(super) awaiting: Option<Awaiting>,
+    /// When the next round is due, while none is under way.
+    pub(super) due: Instant,
+    pub(super) link: Link,
+    /// What was published last.
+    pub(super) published: Status,
+    /// Hold at most one term (a lock): once held and lost, claim no more.
+    pub(super) single_term: bool,
+    /// Whether this node has held the lease in any term.
+    pub(super) held_any: bool,
+    /// A term in which the table names this node although this process never took it.
+    pub(super) foreign_term_warned: Option<i64>,
+    pub(super) rounds_completed: u64,
+    /// Spreads followers' polls at a lapse; seeded by the simulator, so that a seed
+    /// replays the same run.
+    pub(super) rng: SmallRng,
+}
+
+impl Machine {
+    pub(super) fn new(settings: Arc<ElectionSettings>, now: Instant) -> Self {
+        Machine {
+            settings,
+            token: ProcessToken::random(),
+            state: State::Following {
+                in_doubt: None,
+                released_in: None,
+                resigned_until: None,
+            },
+            awaiting: None,
+            due: now,
+            link: Link::default(),
+            published: Status::initial(),
+            single_term: false,
+            held_any: false,
+            foreign_term_warned: None,
+            rounds_completed: 0,
+            rng: rand::SeedableRng::from_os_rng(),
+        }
+    }
+
+    /// The one transition: what `input` at `now` changes, and what to do about it.
+    pub(super) fn step(&mut self, now: Moment, input: Input) -> Vec<Action> {
+        let mut actions = Vec::new();
+        match input {
+            Input::Stop => self.stop(now, &mut actions),
+            Input::Look => self.look_at_deadline(now, &mut actions),
+            Input::Answer(answer) => self.answer(now, answer, &mut actions),
+            Input::Due => match &self.state {
+                State::Stopping { held, .. } => {
+                    let held = *held;
+                    self.awaiting = None;
+                    actions.push(Action::Abandon);
+                    self.step_down(now, held, true, &mut actions);
+                }
+                _ => self.start_round(now, &mut actions),
+            },
+            Input::ReleaseHint => {
+                if let State::Following { released_in, .. } = &mut self.state {
+                    *released_in = self.published.term;
+                }
+                self.due = now.at.at;
+            }
+            Input::RenewRequested => match self.state {
+                State::Leading { .. } if self.awaiting.is_none() => self.due = now.at.at,
+                // The renewal on its way answers it (or the deadline does).
+                State::Leading { .. } => {}
+                _ => actions.push(Action::AnswerRenewals(None)),
+            },
+            Input::Resign(only_term) => {
+                let held = self
+                    .held(now)
+                    .filter(|(term, _)| only_term.is_none_or(|only| only == *term));
+                if let Some(held) = held {
+                    info!(election = %self.settings.name, node = %self.settings.node_id, term = held.0, "resigning");
+                    self.step_down(now, Some(held), false, &mut actions);
+                }
+            }
+        }
+        actions
+    }
+
+    /// When the loop must step with [`Input::Due`] if nothing else comes first: the next
+    /// round, or a stopping node's last wait for a statement in flight. `None` while a
+    /// statement is in flight or nothing is left to do.
+    pub(super) fn next_round(&self) -> Option<Instant> {
+        match &self.state {
+            State::Stopping { give_up, .. } => Some(*give_up),
+            State::SteppingDown { .. } | State::Done => None,
+            _ if self.awaiting.is_some() => None,
+            _ => Some(self.due),
+        }
+    }
+
+    /// When a leader next looks at its deadline ([`Input::Look`]): at the deadline by the
+    /// monotonic clock, and every BOOT_LOOK_EVERY for a suspend of the host, which that
+    /// clock misses.
+    pub(super) fn next_look(&self, now: Instant) -> Option<Instant> {
+        match self.state {
+            State::Leading { deadline, .. } => Some(deadline.at.min(now + BOOT_LOOK_EVERY)),
+            _ => None,
+        }
+    }
+
+    /// Whether the machine takes requests (resign, release hints) now: between rounds,
+    /// and not once it steps down.
+    pub(super) fn between_rounds(&self) -> bool {
+        self.awaiting.is_none() && self.takes_renew_requests()
+    }
+
+    /// Whether renew requests are taken (not while stepping down or stopping).
+    pub(super) fn takes_renew_requests(&self) -> bool {
+        !matches!(
+            self.state,
+            State::SteppingDown { .. } | State::Stopping { .. } | State::Done
+        )
+    }
+
+    /// Whether it has stopped taking the stop (it is stopping already).
+    pub(super) fn stopping(&self) -> bool {
+        matches!(
+            self.state,
+            State::Stopping { .. }
+                | State::Done
+                | State::SteppingDown { for_good: true, .. }
+                | State::SteppingDown {
+                    stop_after: true,
+                    ..
+                }
+        )
+    }
+
+    /// Whether a lock that held its one term will never claim again.
+    pub(super) fn claims_ended(&self) -> bool {
+        self.single_term && self.held_any
+    }
+
+    pub(super) fn is_leading(&self) -> bool {
+        matches!(self.state, State::Leading { .. })
+    }
+
+    /// The term this node may hold in the database, and where its lease ends locally: a
+    /// lapsed hold's has passed already.
+    fn held(&self, now: Moment) -> Option<(i64, Instants)> {
+        match self.state {
+            State::Leading { term, deadline, .. } => Some((term, deadline)),
+            State::Lapsed { term, .. } => Some((term, now.at)),
+            _ => None,
+        }
+    }
+
+    /// Where the lease granted by a statement sent at `sent` ends locally.
+    pub(super) fn lease_from(&self, sent: Instants) -> Instants {
+        sent.plus(self.settings.ttl - self.settings.safety_margin())
+    }
+
+    /// Stops acting as leader if the deadline has passed by either clock.
+    fn look_at_deadline(&mut self, now: Moment, actions: &mut Vec<Action>) {
+        if let State::Leading { term, deadline, .. } = self.state {
+            if deadline.passed(now.at) {
+                warn!(
+                    election = %self.settings.name,
+                    node = %self.settings.node_id,
+                    term,
+                    "no successful renewal before the lease deadline; no longer acting as leader"
+                );
+                self.state = State::Lapsed {
+                    term,
+                    in_doubt: None,
+                };
+                self.publish(now, Role::Unknown, None, Some(term), None, actions);
+                actions.push(Action::AnswerRenewals(None));
+            }
+        }
+    }
+
+    /// Answers renew requests once a renewal succeeded or the lease is gone; while
+    /// renewals fail but the deadline has not passed, they wait for the next attempt.
+    fn answer_renewals(&self, actions: &mut Vec<Action>) {
+        match self.state {
+            State::Leading { deadline, .. } if self.link.failures == 0 => {
+                actions.push(Action::AnswerRenewals(Some(deadline.at)))
+            }
+            State::Leading { .. } => {}
+            _ => actions.push(Action::AnswerRenewals(None)),
+        }
+    }
+
+    /// Stops acting as leader at once, keeping the term to release.
+    fn stop_acting(&mut self, now: Moment, actions: &mut Vec<Action>) {
+        if let State::Leading { term, .. } = self.state {
+            self.state = State::Lapsed {
+                term,
+                in_doubt: None,
+            };
+        }
+        let term = self.published.term;
+        self.publish(now, Role::Unknown, None, term, None, actions);
+    }
+
+    fn stop(&mut self, now: Moment, actions: &mut Vec<Action>) {
+        match self.state {
+            _ if self.stopping() => {}
+            State::SteppingDown {
+                ref mut stop_after, ..
+            } => *stop_after = true,
+            _ if self.awaiting.is_some() => {
+                let held = self.held(now);
+                self.stop_acting(now, actions);
+                self.state = State::Stopping {
+                    held,
+                    give_up: now.at.at + STOP_WAIT_IN_FLIGHT,
+                };
+            }
+            _ => {
+                let held = self.held(now);
+                self.step_down(now, held, true, actions);
+            }
+        }
+    }
+
+    /// Gives leadership up, in the one order that a stop and a resign both follow: stop
+    /// acting as leader and publish that, wait until the publication is durable (see
+    /// [`Election::release_after`](super::Election::release_after)), and only then release
+    /// the row, so that no successor can start while this node's last durable word still
+    /// says it leads. If that takes until the lease would end, the release is withheld: the
+    /// lease lapses on its own. `held`: the term to release and where its lease ends.
+    fn step_down(
+        &mut self,
+        now: Moment,
+        held: Option<(i64, Instants)>,
+        for_good: bool,
+        actions: &mut Vec<Action>,
+    ) {
+        self.stop_acting(now, actions);
+        self.answer_renewals(actions);
+        if for_good {
+            // Stopped: nothing this node said holds any longer.
+            let mut stopped = self.published.clone();
+            stopped.valid_until = stopped.updated_at;
+            stopped.version += 1;
+            self.published = stopped.clone();
+            actions.push(Action::Publish(stopped));
+        }
+        let Some((term, lease_end)) = held else {
+            self.state = State::Done;
+            actions.push(Action::Finish(None));
+            return;
+        };
+        self.state = State::SteppingDown {
+            term,
+            lease_end,
+            for_good,
+            stop_after: false,
+        };
+        self.send(
+            Awaiting::Durable,
+            Statement::AwaitDurable {
+                version: self.published.version,
+                within: lease_end.left(now.at),
+            },
+            actions,
+        );
+    }
+
+    /// The step-down's statements answered: the status durable, then the release.
+    fn stepping_down(
+        &mut self,
+        now: Moment,
+        awaiting: Awaiting,
+        answer: Result<Reply, StoreError>,
+        actions: &mut Vec<Action>,
+    ) {
+        let State::SteppingDown {
+            term,
+            for_good,
+            stop_after,
+            ..
+        } = self.state
+        else {
+            return;
+        };
+        let released = match (awaiting, answer) {
+            (Awaiting::Durable, Ok(Reply::Durable(true))) => {
+                self.send(Awaiting::Release, Statement::Release { term }, actions);
+                return;
+            }
+            (Awaiting::Durable, _) => {
+                warn!(
+                    election = %self.settings.name,
+                    term,
+                    "the status file did not say this node stopped leading before its lease \
+                     would end; not releasing the lease, which lapses on its own"
+                );
+                None
+            }
+            (_, Ok(reply)) => Some(Ok(matches!(reply, Reply::Done(true)))),
+            (_, Err(error)) => Some(Err(error)),
+        };
+        let settings = &self.settings;
+        match &released {
+            Some(Ok(true)) => {
+                info!(election = %settings.name, node = %settings.node_id, term, "released the lease")
+            }
+            Some(Ok(false)) => debug!(term, "nothing to release: the row is no longer ours"),
+            Some(Err(error)) => {
+                warn!(%error, term, "could not release the lease; it lapses by itself")
+            }
+            None => {}
+        }
+        if for_good {
+            self.state = State::Done;
+            actions.push(Action::Finish(released));
+            return;
+        }
+        self.state = State::Following {
+            in_doubt: None,
+            released_in: None,
+            resigned_until: Some(now.at.at + self.settings.ttl),
+        };
+        self.due = now.at.at;
+        if stop_after {
+            // Nothing is held any more: the stop publishes that this node's word is over.
+            self.step_down(now, None, true, actions);
+        }
+    }
+
+    /// Sends `statement`, expecting its answer as `awaiting`.
+    fn send(&mut self, awaiting: Awaiting, statement: Statement, actions: &mut Vec<Action>) {
+        self.awaiting = Some(awaiting);
+        actions.push(Action::Send(statement));
+    }
+
+    fn answer(
+        &mut self,
+        now: Moment,
+        answer: Result<Reply, StoreError>,
+        actions: &mut Vec<Action>,
+    ) {
+        let Some(awaiting) = self.awaiting.take() else {
+            return;
+        };
+        match self.state {
+            State::SteppingDown { .. } => self.stepping_down(now, awaiting, answer, actions),
+            State::Stopping { held, .. } => {
+                // The statement may have just taken or kept the row: its term is the one
+                // to release.
+                let held = match (awaiting.holding(answer), held) {
+                    (Some((term, sent)), _) => Some((term, self.lease_from(sent))),
+                    (None, held) => held,
+                };
+                self.step_down(now, held, true, actions);
+            }
+            _ => self.round_answered(now, awaiting, answer, actions),
+        }
+    }
+
+    /// Publishes this node's view: the new [`Status`], then the [`RoleEvent`]s that lead
+    /// from the previous one to it. `lapse`: when the leader a follower sees loses its
+    /// lease unless renewed.
+    pub(super) fn publish(
+        &mut self,
+        now: Moment,
+        role: Role,
+        leader: Option<String>,
+        term: Option<i64>,
+        lapse: Option<Instant>,
+        actions: &mut Vec<Action>,
+    ) {
+        let settings = &self.settings;
+        let lease = match self.state {
+            State::Leading { deadline, .. } if role == Role::Leader => Some(deadline),
+            _ => None,
+        };
+        let valid_until = match lease {
+            Some(deadline) => now.wall + deadline.left(now.at),
+            None => now.wall + settings.interval + settings.ttl,
+        };
+        let previous = &self.published;
+        if previous.role != role || previous.leader != leader {
+            let leader_text = leader.as_deref().unwrap_or("none");
+            info!(
+                election = %settings.name,
+                node = %settings.node_id,
+                role = role.as_str(),
+                term,
+                leader = leader_text,
+                "role is now {}", role.as_str()
+            );
+        }
+        let since = if previous.role != role || (role == Role::Leader && previous.term != term) {
+            now.wall
+        } else {
+            previous.since
+        };
+        let lease_deadline = lease.map(|deadline| deadline.at);
+        let leader_lease_until = match role {
+            Role::Leader => lease_deadline,
+            _ => leader.as_ref().and(lapse),
+        };
+        let status = Status {
+            role,
+            leader: leader.clone(),
+            term,
+            since,
+            updated_at: now.wall,
+            valid_until,
+            lease_deadline,
+            lease_deadline_boot: lease.map(|deadline| deadline.boot),
+            leader_lease_until,
+            error: self.link.error.clone(),
+            paused: previous.paused,
+            version: previous.version + 1,
+        };
+        let previous = std::mem::replace(&mut self.published, status.clone());
+        actions.push(Action::Publish(status));
+        // After the status: whoever handles an event finds the status it describes.
+        let was_leading = previous.role == Role::Leader;
+        let leading = role == Role::Leader;
+        if was_leading && (!leading || previous.term != term) {
+            actions.push(Action::Event(RoleEvent::Demoted {
+                term: previous.term.unwrap_or_default(),
+            }));
+        }
+        if previous.leader != leader {
+            actions.push(Action::Event(RoleEvent::LeaderChanged {
+                previous: previous.leader.clone(),
+                current: leader.clone(),
+                term,
+            }));
+        }
+        if leading && (!was_leading || previous.term != term) {
+            actions.push(Action::Event(RoleEvent::Elected {
+                term: term.unwrap_or_default(),
+            }));
+        }
+    }
+}

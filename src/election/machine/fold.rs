@@ -1,0 +1,310 @@
+//! What a finished round means: the new [`State`], what to publish and report, and when
+//! the next round is due.
+
+use rand::Rng;
+use std::time::Duration;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use super::round::{Outcome, Round, RoundError};
+use super::{Action, Machine, Moment, Role, RoundReport, State};
+use crate::store::Commands;
+
+/// First retry after a failed round; doubles up to one interval.
+const RETRY_BASE: Duration = Duration::from_millis(50);
+/// The soonest a follower polls again when it expects a lease to come free.
+const MIN_POLL: Duration = Duration::from_millis(2);
+
+impl Machine {
+    /// Folds a finished round in, reports it, and passes on what the row asks of a leader.
+    pub(super) fn finish_round(
+        &mut self,
+        now: Moment,
+        round: Round,
+        result: Result<(Outcome, Duration), RoundError>,
+        actions: &mut Vec<Action>,
+    ) {
+        let mut report = RoundReport {
+            statements: round.statements,
+            ..RoundReport::default()
+        };
+        match &result {
+            Err(RoundError { error, .. }) => report.error_kind = Some(error.kind()),
+            Ok((outcome, round_trip)) => {
+                if self.link.connected && self.link.failures == 0 {
+                    report.round_trip = Some(*round_trip);
+                }
+                match (outcome, &self.state) {
+                    (
+                        Outcome::Holding { term, .. },
+                        State::Leading {
+                            term: led,
+                            deadline,
+                            ..
+                        },
+                    ) if term == led => report.renewal_margin = Some(deadline.left(now.at)),
+                    (Outcome::Observed(Some(row)), _) => {
+                        report.clock_offset_us = row.clock_offset_us
+                    }
+                    _ => {}
+                }
+            }
+        }
+        self.due = self.fold(now, round, result, actions);
+        self.rounds_completed += 1;
+        report.completed = self.rounds_completed;
+        actions.push(Action::Report(report));
+        // An operator asked this leader to step down: through the step-down sequence of
+        // whoever consumes the events (leader work stopped, on_demoted), which then
+        // resigns through the resign handle.
+        if let State::Leading {
+            term,
+            seen,
+            ref mut resign_passed_on,
+            ..
+        } = self.state
+        {
+            if seen.resign && !*resign_passed_on {
+                *resign_passed_on = true;
+                actions.push(Action::PassOnResign { term });
+            }
+        }
+        self.answer_renewals(actions);
+    }
+
+    /// The new state after a round; returns when the next round is due.
+    fn fold(
+        &mut self,
+        now: Moment,
+        round: Round,
+        result: Result<(Outcome, Duration), RoundError>,
+        actions: &mut Vec<Action>,
+    ) -> Instant {
+        let settings = std::sync::Arc::clone(&self.settings);
+        let at = now.at.at;
+        let regular = (round.started.at + settings.interval).max(at);
+        let (outcome, round_trip) = match result {
+            Ok(ok) => ok,
+            Err(RoundError { error, in_doubt }) => {
+                if let Some(term) = in_doubt {
+                    match &mut self.state {
+                        State::Following { in_doubt, .. } | State::Lapsed { in_doubt, .. } => {
+                            *in_doubt = Some(term)
+                        }
+                        _ => {}
+                    }
+                }
+                let link = &mut self.link;
+                link.failures += 1;
+                link.connected = false;
+                link.error = Some(error.to_string());
+                if link.failures == 1 {
+                    warn!(%error, kind = error.kind(), election = %settings.name, "database round failed; retrying");
+                } else {
+                    debug!(%error, failures = link.failures, "database round failed again");
+                }
+                let backoff = RETRY_BASE
+                    .saturating_mul(1 << (link.failures - 1).min(16))
+                    .min(settings.poll);
+                // Before the status that reports it: whoever sees that finds the error.
+                actions.push(Action::RoundFailed(error));
+                if !self.is_leading() {
+                    let term = self.published.term;
+                    self.publish(now, Role::Unknown, None, term, None, actions);
+                }
+                return at + backoff;
+            }
+        };
+        debug!(round_trip_us = round_trip.as_micros() as u64, "round");
+        // The first round after (re)connecting also paid for connecting.
+        let measured_trip = match self.link.failures == 0 && self.link.connected {
+            true => round_trip,
+            false => Duration::ZERO,
+        };
+        if self.link.failures > 0 {
+            info!(failures = self.link.failures, election = %settings.name, "database reachable again");
+            self.link.failures = 0;
+        } else if self.link.connected {
+            // Only a round on an open connection measures the database: the first one
+            // after (re)connecting also paid for connecting and migrating.
+            self.check_round_trip(round_trip);
+        }
+        self.link.connected = true;
+        self.link.error = None;
+        match outcome {
+            Outcome::Holding { term, sent } => {
+                let deadline = self.lease_from(sent);
+                self.held_any = true;
+                self.state = match self.state {
+                    // A renewal that came back after we stopped acting does not restore
+                    // leadership in the same term.
+                    State::Lapsed { term: lapsed, .. } if lapsed == term => State::Lapsed {
+                        term,
+                        in_doubt: None,
+                    },
+                    // Too late by either clock: an answer that arrives after the host
+                    // slept is no fresher than its sending.
+                    _ if deadline.passed(now.at) => State::Lapsed {
+                        term,
+                        in_doubt: None,
+                    },
+                    State::Leading {
+                        term: led,
+                        seen,
+                        resign_passed_on,
+                        ..
+                    } if led == term => State::Leading {
+                        term,
+                        deadline,
+                        seen,
+                        resign_passed_on,
+                    },
+                    // A new term starts with nothing seen.
+                    _ => State::Leading {
+                        term,
+                        deadline,
+                        seen: Commands::default(),
+                        resign_passed_on: false,
+                    },
+                };
+                if let State::Leading { seen, .. } = self.state {
+                    self.published.paused = seen.paused;
+                }
+                match self.state {
+                    State::Leading { .. } => {
+                        let me = Some(settings.node_id.clone());
+                        self.publish(now, Role::Leader, me, Some(term), None, actions);
+                        regular
+                    }
+                    // The answer came too late to act on (the deadline timer may not have
+                    // fired yet): stop acting now, and start a new term at once rather
+                    // than leave the row idle.
+                    _ => {
+                        self.publish(now, Role::Unknown, None, Some(term), None, actions);
+                        at
+                    }
+                }
+            }
+            Outcome::NotHeld => {
+                if let State::Leading { term, .. } = self.state {
+                    warn!(
+                        election = %settings.name,
+                        node = %settings.node_id,
+                        term,
+                        "the database refused the renewal: the lease is no longer ours"
+                    );
+                }
+                self.state = self.following(None);
+                let term = self.published.term;
+                self.publish(now, Role::Unknown, None, term, None, actions);
+                at
+            }
+            Outcome::Observed(row) => {
+                let me = settings.node_id.as_str();
+                let (held, in_doubt) = match self.state {
+                    State::Lapsed { term, in_doubt } => (Some(term), in_doubt),
+                    State::Following { in_doubt, .. } => (None, in_doubt),
+                    _ => (None, None),
+                };
+                // The row's term is ours if this node led in it, or if it is the term a
+                // claim or reacquire of ours may have started (its answer was lost) and the
+                // row shows this election's token for it: the node id alone cannot tell,
+                // another process may run with the same one. Both are checked against the
+                // row, so the in-doubt term wins over the one led before.
+                let ours = row.as_ref().filter(|r| {
+                    r.holder.as_deref() == Some(me)
+                        && (held == Some(r.term)
+                            || (in_doubt == Some(r.term) && r.started_by(self.token)))
+                });
+                self.state = match ours {
+                    Some(r) => State::Lapsed {
+                        term: r.term,
+                        in_doubt: None,
+                    },
+                    None => self.following(None),
+                };
+                let leader = row
+                    .as_ref()
+                    .and_then(|r| r.live_holder())
+                    .map(str::to_owned);
+                let term = row.as_ref().map(|r| r.term);
+                self.published.paused = row.as_ref().is_some_and(|r| r.paused());
+                let lapse = leader
+                    .as_ref()
+                    .and(row.as_ref())
+                    .map(|r| at + r.remaining());
+                if leader.as_deref() == Some(me)
+                    && ours.is_none()
+                    && self.foreign_term_warned != term
+                {
+                    warn!(
+                        election = %settings.name,
+                        node = me,
+                        term,
+                        "the table names this node as leader in a term this process did not take; \
+                         is another process running with the same node id? waiting for that lease to lapse"
+                    );
+                    self.foreign_term_warned = term;
+                }
+                self.publish(now, Role::Follower, leader, term, lapse, actions);
+                let next_poll = (round.started.at + settings.poll).max(at);
+                match (&self.state, &row) {
+                    _ if !round.may_claim => next_poll,
+                    // Start the next term at once, unless the row says the reacquire
+                    // would be refused (a pause over a lapsed lease, a resign or a
+                    // handover away from this node): then wait as a follower does.
+                    (State::Lapsed { term, .. }, Some(row)) if row.reacquirable_by(me, *term) => at,
+                    // Poll again right when the lease can be claimed (spread a little):
+                    // when it lapses, and a pause or another node's handover window is
+                    // over, if that is before the next regular poll. Not capped by the
+                    // regular poll: that would keep the smallest spread drawn so far, and
+                    // every follower would end up reading at the lapse instant again.
+                    (_, Some(row)) => {
+                        let lapse = at + row.claimable_in(me).max(MIN_POLL);
+                        match lapse < next_poll {
+                            true => {
+                                let spread = settings.lapse_spread_after(measured_trip);
+                                lapse + self.rng.random_range(Duration::ZERO..=spread)
+                            }
+                            false => next_poll,
+                        }
+                    }
+                    (_, None) => at + MIN_POLL,
+                }
+            }
+        }
+    }
+
+    /// Following, keeping a resign's wait for claims (it ends by itself).
+    fn following(&self, in_doubt: Option<i64>) -> State {
+        let resigned_until = match self.state {
+            State::Following { resigned_until, .. } => resigned_until,
+            _ => None,
+        };
+        State::Following {
+            in_doubt,
+            released_in: None,
+            resigned_until,
+        }
+    }
+
+    /// Warns when round trips eat into the margin a leader has to renew.
+    fn check_round_trip(&mut self, round_trip: Duration) {
+        let margin = self.settings.renew_margin();
+        if !self.link.thin_margin && round_trip > margin / 2 {
+            self.link.thin_margin = true;
+            warn!(
+                round_trip_ms = round_trip.as_millis() as u64,
+                margin_ms = margin.as_millis() as u64,
+                "database round trip is more than half the margin between election.ttl and \
+                 election.interval; a slow renewal will cost leadership: raise election.ttl"
+            );
+        } else if self.link.thin_margin && round_trip < margin / 4 {
+            self.link.thin_margin = false;
+            info!(
+                round_trip_ms = round_trip.as_millis() as u64,
+                "database round trip back well inside the renew margin"
+            );
+        }
+    }
+}

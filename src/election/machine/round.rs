@@ -1,0 +1,435 @@
+//! A round's way through its statements: renew if leading, else claim a free lease, else
+//! observe. The first statement is the only one in steady state (a renewal for the leader,
+//! a read for a follower). [`Awaiting`] is the statement whose answer the round waits for,
+//! with what the round has learnt so far; when the round is over, `fold.rs` takes its
+//! [`Outcome`].
+
+use std::time::Duration;
+use tracing::info;
+
+use super::{Action, Machine, Moment, Reply, State, Statement};
+use crate::election::clock::Instants;
+use crate::store::{Commands, LeaseRow, StoreError};
+
+/// The round under way: when it started, whether it may claim, and what it sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::election) struct Round {
+    pub(super) started: Instants,
+    /// Whether this node may take the lease in this round (the gates are asked again right
+    /// before each claim: a stop may come between a read and it).
+    pub(super) may_claim: bool,
+    /// Statements sent, for [`RoundReport::statements`](crate::election::RoundReport::statements).
+    pub(super) statements: u64,
+}
+
+/// The statement whose answer the machine waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::election) enum Awaiting {
+    /// A leader's renewal in `term`. `retry`: the second one, after a read, stating the
+    /// commands read (`seen`) and the round trip of the first.
+    Renewal {
+        round: Round,
+        term: i64,
+        retry: Option<(Commands, Duration)>,
+    },
+    /// A leader's read after its renewal was refused.
+    OwnRow {
+        round: Round,
+        term: i64,
+        round_trip: Duration,
+    },
+    /// A lapsed leader starting `term + 1` on its own row.
+    Reacquire {
+        round: Round,
+        term: i64,
+    },
+    /// A claim in `expected`, sent at `sent`. `round_trip`: of the read before it, if any
+    /// (a claim of a term whose release was announced reads nothing first).
+    Claim {
+        round: Round,
+        expected: i64,
+        sent: Instants,
+        round_trip: Option<Duration>,
+    },
+    Read {
+        round: Round,
+    },
+    /// Accepting a handover offered to this node, after reading `row`.
+    Accept {
+        round: Round,
+        row: Option<LeaseRow>,
+        round_trip: Duration,
+    },
+    /// Creating the missing row, then claiming it in term 0.
+    EnsureRow {
+        round: Round,
+        round_trip: Duration,
+    },
+    /// A read after another node won the claim.
+    Winner {
+        round: Round,
+        round_trip: Duration,
+    },
+    /// Stepping down: the status durable, then the release.
+    Durable,
+    Release,
+}
+
+/// What a finished round found.
+#[derive(Debug)]
+pub(super) enum Outcome {
+    /// The database holds the lease for this node in `term`, from a statement sent at `sent`.
+    Holding { term: i64, sent: Instants },
+    /// Someone else holds the lease, or nobody does and this node could not take it.
+    Observed(Option<LeaseRow>),
+    /// The database refused to renew: the lease is not ours (any more) in the term we led.
+    NotHeld,
+}
+
+/// A failed round, with the term it may have started: a claim whose answer was lost may
+/// still have committed.
+#[derive(Debug)]
+pub(super) struct RoundError {
+    pub(super) error: StoreError,
+    pub(super) in_doubt: Option<i64>,
+}
+
+impl Awaiting {
+    /// The term this answer holds the row in, and when its statement was sent, if it took
+    /// or kept the row.
+    pub(super) fn holding(&self, answer: Result<Reply, StoreError>) -> Option<(i64, Instants)> {
+        match (self, answer) {
+            (Awaiting::Renewal { round, term, .. }, Ok(Reply::Done(true))) => {
+                Some((*term, round.started))
+            }
+            (Awaiting::Reacquire { round, term }, Ok(Reply::Done(true))) => {
+                Some((term + 1, round.started))
+            }
+            (Awaiting::Claim { expected, sent, .. }, Ok(Reply::Done(true))) => {
+                Some((expected + 1, *sent))
+            }
+            _ => None,
+        }
+    }
+
+    /// The term a failed statement may have started.
+    fn in_doubt(&self) -> Option<i64> {
+        match self {
+            Awaiting::Reacquire { term, .. } => Some(term + 1),
+            Awaiting::Claim { expected, .. } => Some(expected + 1),
+            _ => None,
+        }
+    }
+
+    fn round(&self) -> Option<Round> {
+        match self {
+            Awaiting::Renewal { round, .. }
+            | Awaiting::OwnRow { round, .. }
+            | Awaiting::Reacquire { round, .. }
+            | Awaiting::Claim { round, .. }
+            | Awaiting::Read { round }
+            | Awaiting::Accept { round, .. }
+            | Awaiting::EnsureRow { round, .. }
+            | Awaiting::Winner { round, .. } => Some(*round),
+            Awaiting::Durable | Awaiting::Release => None,
+        }
+    }
+}
+
+impl Machine {
+    /// Starts a round with its first statement.
+    pub(super) fn start_round(&mut self, now: Moment, actions: &mut Vec<Action>) {
+        let resigned = match self.state {
+            State::Following {
+                resigned_until: Some(until),
+                ..
+            } => now.at.at < until,
+            _ => false,
+        };
+        let mut round = Round {
+            started: now.at,
+            may_claim: now.claims_open && !self.claims_ended() && !resigned,
+            statements: 0,
+        };
+        let released_in = match &mut self.state {
+            State::Following { released_in, .. } => released_in.take(),
+            _ => None,
+        };
+        let (awaiting, statement) = match self.state {
+            State::Leading { term, seen, .. } => (
+                Awaiting::Renewal {
+                    round,
+                    term,
+                    retry: None,
+                },
+                Statement::Renew { term, seen },
+            ),
+            State::Lapsed { term, .. } if round.may_claim => (
+                Awaiting::Reacquire { round, term },
+                Statement::Reacquire { term },
+            ),
+            // The claim checks the term and that the lease is free, so a stale term only
+            // costs the read after it.
+            State::Following { .. } if round.may_claim && released_in.is_some() => {
+                let expected = released_in.unwrap_or_default();
+                (
+                    Awaiting::Claim {
+                        round,
+                        expected,
+                        sent: now.at,
+                        round_trip: None,
+                    },
+                    Statement::Claim { expected },
+                )
+            }
+            _ => (Awaiting::Read { round }, Statement::Read),
+        };
+        round.statements = 1;
+        self.send(with_round(awaiting, round), statement, actions);
+    }
+
+    /// Takes a round's statement's answer: sends the next statement, or folds the outcome.
+    pub(super) fn round_answered(
+        &mut self,
+        now: Moment,
+        awaiting: Awaiting,
+        answer: Result<Reply, StoreError>,
+        actions: &mut Vec<Action>,
+    ) {
+        let Some(round) = awaiting.round() else {
+            return;
+        };
+        let elapsed = now.at.at.saturating_duration_since(round.started.at);
+        let reply = match answer {
+            Ok(reply) => reply,
+            Err(error) => {
+                let in_doubt = awaiting.in_doubt();
+                return self.finish_round(now, round, Err(RoundError { error, in_doubt }), actions);
+            }
+        };
+        let me = self.settings.node_id.clone();
+        let outcome = match (awaiting, reply) {
+            (Awaiting::Renewal { term, retry, .. }, Reply::Done(renewed)) => match (renewed, retry)
+            {
+                (true, None) => (
+                    Outcome::Holding {
+                        term,
+                        sent: round.started,
+                    },
+                    elapsed,
+                ),
+                (true, Some((now_seen, round_trip))) => {
+                    if let State::Leading { seen, .. } = &mut self.state {
+                        *seen = now_seen;
+                    }
+                    (
+                        Outcome::Holding {
+                            term,
+                            sent: round.started,
+                        },
+                        round_trip,
+                    )
+                }
+                // Refused: the lease is no longer ours, or an operator command changed (a
+                // pause, a resign or handover request). Only a read tells; it costs a
+                // statement only when something changed.
+                (false, None) => {
+                    let next = Awaiting::OwnRow {
+                        round,
+                        term,
+                        round_trip: elapsed,
+                    };
+                    return self.send_next(round, next, Statement::Read, actions);
+                }
+                (false, Some((_, round_trip))) => (Outcome::NotHeld, round_trip),
+            },
+            (
+                Awaiting::OwnRow {
+                    term, round_trip, ..
+                },
+                Reply::Row(row),
+            ) => {
+                let ours = row.filter(|r| {
+                    r.holder.as_deref() == Some(me.as_str())
+                        && r.term == term
+                        && r.live_holder().is_some()
+                });
+                let Some(row) = ours else {
+                    return self.finish_round(
+                        now,
+                        round,
+                        Ok((Outcome::NotHeld, round_trip)),
+                        actions,
+                    );
+                };
+                // The same guarded renewal, stating what is pending now: it still extends
+                // only a live lease of ours in this term. The deadline still counts from
+                // the first statement's sending, which is earlier. Also when the commands
+                // read are the ones the leader knew: one that came and went between the
+                // two statements (a short pause, a pause then a resume) refused the first.
+                let seen = row.commands();
+                let next = Awaiting::Renewal {
+                    round,
+                    term,
+                    retry: Some((seen, round_trip)),
+                };
+                return self.send_next(round, next, Statement::Renew { term, seen }, actions);
+            }
+            (Awaiting::Reacquire { term, .. }, Reply::Done(true)) => (
+                Outcome::Holding {
+                    term: term + 1,
+                    sent: round.started,
+                },
+                elapsed,
+            ),
+            (
+                Awaiting::Claim {
+                    expected,
+                    sent,
+                    round_trip,
+                    ..
+                },
+                Reply::Done(true),
+            ) => (
+                Outcome::Holding {
+                    term: expected + 1,
+                    sent,
+                },
+                round_trip.unwrap_or(elapsed),
+            ),
+            // Another node was faster; see who.
+            (
+                Awaiting::Claim {
+                    round_trip: Some(round_trip),
+                    ..
+                },
+                Reply::Done(false),
+            ) => {
+                let next = Awaiting::Winner { round, round_trip };
+                return self.send_next(round, next, Statement::Read, actions);
+            }
+            (Awaiting::Reacquire { .. } | Awaiting::Claim { .. }, Reply::Done(false)) => {
+                return self.send_next(round, Awaiting::Read { round }, Statement::Read, actions);
+            }
+            (Awaiting::Read { .. }, Reply::Row(row)) => {
+                // A handover offered to this node: accepting it asks the leader to step
+                // down, and proves to the operator that this node runs and could lead (a
+                // node that could not, whose gates are closed, never accepts).
+                let may_claim = round.may_claim && now.claims_open;
+                if let Some(term) = row
+                    .as_ref()
+                    .filter(|r| r.offered_to(&me) && may_claim)
+                    .map(|r| r.term)
+                {
+                    let next = Awaiting::Accept {
+                        round,
+                        row,
+                        round_trip: elapsed,
+                    };
+                    return self.send_next(
+                        round,
+                        next,
+                        Statement::AcceptHandover { term },
+                        actions,
+                    );
+                }
+                return self.claim_if_free(now, round, row, elapsed, actions);
+            }
+            (
+                Awaiting::Accept {
+                    row, round_trip, ..
+                },
+                Reply::Done(accepted),
+            ) => {
+                if accepted {
+                    let term = row.as_ref().map(|r| r.term);
+                    info!(election = %self.settings.name, node = %me, term, "accepted the handover offered to this node");
+                }
+                return self.claim_if_free(now, round, row, round_trip, actions);
+            }
+            (Awaiting::EnsureRow { round_trip, .. }, _) => {
+                let next = Awaiting::Claim {
+                    round,
+                    expected: 0,
+                    sent: now.at,
+                    round_trip: Some(round_trip),
+                };
+                return self.send_next(round, next, Statement::Claim { expected: 0 }, actions);
+            }
+            (Awaiting::Winner { round_trip, .. }, Reply::Row(row)) => {
+                (Outcome::Observed(row), round_trip)
+            }
+            (awaiting, reply) => unreachable!("{reply:?} does not answer {awaiting:?}"),
+        };
+        self.finish_round(now, round, Ok(outcome), actions);
+    }
+
+    /// After a read: claims the lease if it is free and this node may, else observes.
+    fn claim_if_free(
+        &mut self,
+        now: Moment,
+        round: Round,
+        row: Option<LeaseRow>,
+        round_trip: Duration,
+        actions: &mut Vec<Action>,
+    ) {
+        let me = self.settings.node_id.as_str();
+        let expected = match &row {
+            _ if !(round.may_claim && now.claims_open) => None,
+            None => {
+                let next = Awaiting::EnsureRow { round, round_trip };
+                return self.send_next(round, next, Statement::EnsureRow, actions);
+            }
+            // A pause, or a handover to another node, keeps a free lease from this node:
+            // the claim would check the same, at the cost of a statement.
+            Some(row) if row.paused() || row.handed_over_away_from(me) => None,
+            Some(row) if row.live_holder().is_none() => Some(row.term),
+            Some(_) => None,
+        };
+        match expected {
+            Some(expected) => {
+                let next = Awaiting::Claim {
+                    round,
+                    expected,
+                    sent: now.at,
+                    round_trip: Some(round_trip),
+                };
+                self.send_next(round, next, Statement::Claim { expected }, actions)
+            }
+            None => self.finish_round(
+                now,
+                round,
+                Ok((Outcome::Observed(row), round_trip)),
+                actions,
+            ),
+        }
+    }
+
+    /// Sends the round's next statement, counting it.
+    fn send_next(
+        &mut self,
+        mut round: Round,
+        awaiting: Awaiting,
+        statement: Statement,
+        actions: &mut Vec<Action>,
+    ) {
+        round.statements += 1;
+        self.send(with_round(awaiting, round), statement, actions);
+    }
+}
+
+/// `awaiting`, carrying `round` (with its count of statements so far).
+fn with_round(mut awaiting: Awaiting, counted: Round) -> Awaiting {
+    match &mut awaiting {
+        Awaiting::Renewal { round, .. }
+        | Awaiting::OwnRow { round, .. }
+        | Awaiting::Reacquire { round, .. }
+        | Awaiting::Claim { round, .. }
+        | Awaiting::Read { round }
+        | Awaiting::Accept { round, .. }
+        | Awaiting::EnsureRow { round, .. }
+        | Awaiting::Winner { round, .. } => *round = counted,
+        Awaiting::Durable | Awaiting::Release => {}
+    }
+    awaiting
+}
