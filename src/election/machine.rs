@@ -8,13 +8,15 @@
 //! `machine/fold.rs`.
 
 mod fold;
+mod publish;
 mod round;
+mod step_down;
 
 use rand::rngs::SmallRng;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use super::clock::Instants;
 use super::settings::ElectionSettings;
@@ -424,112 +426,6 @@ impl Machine {
         }
     }
 
-    /// Gives leadership up, in the one order that a stop and a resign both follow: stop
-    /// acting as leader and publish that, wait until the publication is durable (see
-    /// [`Election::release_after`](super::Election::release_after)), and only then release
-    /// the row, so that no successor can start while this node's last durable word still
-    /// says it leads. If that takes until the lease would end, the release is withheld: the
-    /// lease lapses on its own. `held`: the term to release and where its lease ends.
-    fn step_down(
-        &mut self,
-        now: Moment,
-        held: Option<(i64, Instants)>,
-        for_good: bool,
-        actions: &mut Vec<Action>,
-    ) {
-        self.stop_acting(now, actions);
-        self.answer_renewals(actions);
-        if for_good {
-            // Stopped: nothing this node said holds any longer.
-            let mut stopped = self.published.clone();
-            stopped.valid_until = stopped.updated_at;
-            stopped.version += 1;
-            self.published = stopped.clone();
-            actions.push(Action::Publish(stopped));
-        }
-        let Some((term, lease_end)) = held else {
-            self.state = State::Done;
-            actions.push(Action::Finish(None));
-            return;
-        };
-        self.state = State::SteppingDown {
-            term,
-            lease_end,
-            for_good,
-            stop_after: false,
-        };
-        self.send(
-            Awaiting::Durable,
-            Statement::AwaitDurable {
-                version: self.published.version,
-                within: lease_end.left(now.at),
-            },
-            actions,
-        );
-    }
-
-    /// The step-down's statements answered: the status durable, then the release.
-    fn stepping_down(
-        &mut self,
-        now: Moment,
-        awaiting: Awaiting,
-        answer: Result<Reply, StoreError>,
-        actions: &mut Vec<Action>,
-    ) {
-        let State::SteppingDown {
-            term,
-            for_good,
-            stop_after,
-            ..
-        } = self.state
-        else {
-            return;
-        };
-        let released = match (awaiting, answer) {
-            (Awaiting::Durable, Ok(Reply::Durable(true))) => {
-                self.send(Awaiting::Release, Statement::Release { term }, actions);
-                return;
-            }
-            (Awaiting::Durable, _) => {
-                warn!(
-                    election = %self.settings.name,
-                    term,
-                    "the status file did not say this node stopped leading before its lease \
-                     would end; not releasing the lease, which lapses on its own"
-                );
-                None
-            }
-            (_, Ok(reply)) => Some(Ok(matches!(reply, Reply::Done(true)))),
-            (_, Err(error)) => Some(Err(error)),
-        };
-        let settings = &self.settings;
-        match &released {
-            Some(Ok(true)) => {
-                info!(election = %settings.name, node = %settings.node_id, term, "released the lease")
-            }
-            Some(Ok(false)) => debug!(term, "nothing to release: the row is no longer ours"),
-            Some(Err(error)) => {
-                warn!(%error, term, "could not release the lease; it lapses by itself")
-            }
-            None => {}
-        }
-        if for_good {
-            self.state = State::Done;
-            actions.push(Action::Finish(released));
-            return;
-        }
-        self.state = State::Following {
-            in_doubt: None,
-            released_in: None,
-            resigned_until: Some(now.at.at + self.settings.ttl),
-        };
-        self.due = now.at.at;
-        if stop_after {
-            // Nothing is held any more: the stop publishes that this node's word is over.
-            self.step_down(now, None, true, actions);
-        }
-    }
-
     /// Sends `statement`, expecting its answer as `awaiting`.
     fn send(&mut self, awaiting: Awaiting, statement: Statement, actions: &mut Vec<Action>) {
         self.awaiting = Some(awaiting);
@@ -557,87 +453,6 @@ impl Machine {
                 self.step_down(now, held, true, actions);
             }
             _ => self.round_answered(now, awaiting, answer, actions),
-        }
-    }
-
-    /// Publishes this node's view: the new [`Status`], then the [`RoleEvent`]s that lead
-    /// from the previous one to it. `lapse`: when the leader a follower sees loses its
-    /// lease unless renewed.
-    pub(super) fn publish(
-        &mut self,
-        now: Moment,
-        role: Role,
-        leader: Option<String>,
-        term: Option<i64>,
-        lapse: Option<Instant>,
-        actions: &mut Vec<Action>,
-    ) {
-        let settings = &self.settings;
-        let lease = match self.state {
-            State::Leading { deadline, .. } if role == Role::Leader => Some(deadline),
-            _ => None,
-        };
-        let valid_until = match lease {
-            Some(deadline) => now.wall + deadline.left(now.at),
-            None => now.wall + settings.interval + settings.ttl,
-        };
-        let previous = &self.published;
-        if previous.role != role || previous.leader != leader {
-            let leader_text = leader.as_deref().unwrap_or("none");
-            info!(
-                election = %settings.name,
-                node = %settings.node_id,
-                role = role.as_str(),
-                term,
-                leader = leader_text,
-                "role is now {}", role.as_str()
-            );
-        }
-        let since = if previous.role != role || (role == Role::Leader && previous.term != term) {
-            now.wall
-        } else {
-            previous.since
-        };
-        let lease_deadline = lease.map(|deadline| deadline.at);
-        let leader_lease_until = match role {
-            Role::Leader => lease_deadline,
-            _ => leader.as_ref().and(lapse),
-        };
-        let status = Status {
-            role,
-            leader: leader.clone(),
-            term,
-            since,
-            updated_at: now.wall,
-            valid_until,
-            lease_deadline,
-            lease_deadline_boot: lease.map(|deadline| deadline.boot),
-            leader_lease_until,
-            error: self.link.error.clone(),
-            paused: previous.paused,
-            version: previous.version + 1,
-        };
-        let previous = std::mem::replace(&mut self.published, status.clone());
-        actions.push(Action::Publish(status));
-        // After the status: whoever handles an event finds the status it describes.
-        let was_leading = previous.role == Role::Leader;
-        let leading = role == Role::Leader;
-        if was_leading && (!leading || previous.term != term) {
-            actions.push(Action::Event(RoleEvent::Demoted {
-                term: previous.term.unwrap_or_default(),
-            }));
-        }
-        if previous.leader != leader {
-            actions.push(Action::Event(RoleEvent::LeaderChanged {
-                previous: previous.leader.clone(),
-                current: leader.clone(),
-                term,
-            }));
-        }
-        if leading && (!was_leading || previous.term != term) {
-            actions.push(Action::Event(RoleEvent::Elected {
-                term: term.unwrap_or_default(),
-            }));
         }
     }
 }

@@ -1,0 +1,116 @@
+//! Stepping down, in the one order that a stop and a resign both follow: stop acting,
+//! publish that, wait until it is durable, then release the row.
+
+use tracing::{debug, info, warn};
+
+use super::{Action, Awaiting, Machine, Moment, Reply, State, Statement};
+use crate::election::clock::Instants;
+use crate::store::StoreError;
+
+impl Machine {
+    /// Gives leadership up, in the one order that a stop and a resign both follow: stop
+    /// acting as leader and publish that, wait until the publication is durable (see
+    /// [`Election::release_after`](super::Election::release_after)), and only then release
+    /// the row, so that no successor can start while this node's last durable word still
+    /// says it leads. If that takes until the lease would end, the release is withheld: the
+    /// lease lapses on its own. `held`: the term to release and where its lease ends.
+    pub(super) fn step_down(
+        &mut self,
+        now: Moment,
+        held: Option<(i64, Instants)>,
+        for_good: bool,
+        actions: &mut Vec<Action>,
+    ) {
+        self.stop_acting(now, actions);
+        self.answer_renewals(actions);
+        if for_good {
+            // Stopped: nothing this node said holds any longer.
+            let mut stopped = self.published.clone();
+            stopped.valid_until = stopped.updated_at;
+            stopped.version += 1;
+            self.published = stopped.clone();
+            actions.push(Action::Publish(stopped));
+        }
+        let Some((term, lease_end)) = held else {
+            self.state = State::Done;
+            actions.push(Action::Finish(None));
+            return;
+        };
+        self.state = State::SteppingDown {
+            term,
+            lease_end,
+            for_good,
+            stop_after: false,
+        };
+        self.send(
+            Awaiting::Durable,
+            Statement::AwaitDurable {
+                version: self.published.version,
+                within: lease_end.left(now.at),
+            },
+            actions,
+        );
+    }
+
+    /// The step-down's statements answered: the status durable, then the release.
+    pub(super) fn stepping_down(
+        &mut self,
+        now: Moment,
+        awaiting: Awaiting,
+        answer: Result<Reply, StoreError>,
+        actions: &mut Vec<Action>,
+    ) {
+        let State::SteppingDown {
+            term,
+            for_good,
+            stop_after,
+            ..
+        } = self.state
+        else {
+            return;
+        };
+        let released = match (awaiting, answer) {
+            (Awaiting::Durable, Ok(Reply::Durable(true))) => {
+                self.send(Awaiting::Release, Statement::Release { term }, actions);
+                return;
+            }
+            (Awaiting::Durable, _) => {
+                warn!(
+                    election = %self.settings.name,
+                    term,
+                    "the status file did not say this node stopped leading before its lease \
+                     would end; not releasing the lease, which lapses on its own"
+                );
+                None
+            }
+            (_, Ok(reply)) => Some(Ok(matches!(reply, Reply::Done(true)))),
+            (_, Err(error)) => Some(Err(error)),
+        };
+        let settings = &self.settings;
+        match &released {
+            Some(Ok(true)) => {
+                info!(election = %settings.name, node = %settings.node_id, term, "released the lease")
+            }
+            Some(Ok(false)) => debug!(term, "nothing to release: the row is no longer ours"),
+            Some(Err(error)) => {
+                warn!(%error, term, "could not release the lease; it lapses by itself")
+            }
+            None => {}
+        }
+        if for_good {
+            self.state = State::Done;
+            actions.push(Action::Finish(released));
+            return;
+        }
+        self.state = State::Following {
+            in_doubt: None,
+            released_in: None,
+            resigned_until: Some(now.at.at + self.settings.ttl),
+        };
+        self.due = now.at.at;
+        if stop_after {
+            // Nothing is held any more: the stop publishes that this node's word is over.
+            self.step_down(now, None, true, actions);
+        }
+    }
+}
