@@ -2,7 +2,9 @@
 # Applies each deliberate protocol bug in mutants/ in turn and runs the simulator's CI
 # budget of seeds (and its regression scenarios) against it: every mutant must be caught.
 # Prints a table row per mutant: the property and seed that caught it, and how many
-# seeds that took. One the simulator misses is run against the election's and the
+# seeds that took, for the tokio-driven runs and for the runs that drive the state
+# machine's step directly (a mutant outside the election and the table, in the daemon
+# or the operator commands, is not reachable by those: "-"). One the simulator misses is run against the election's and the
 # store's unit tests, and the row says so; it fails only if those miss it too.
 # `--check` only checks that every patch still applies (CI runs that).
 #   scripts/mutants.sh [--check] [mutants/NN-name.patch ...]
@@ -34,8 +36,8 @@ trap '[ -z "$applied" ] || git apply -R "$applied"' EXIT
 
 # Build once unmutated, so each mutant only rebuilds the crate.
 cargo test --lib --no-run -q 2>/dev/null
-echo "| mutant | caught by | seeds to catch |"
-echo "|---|---|---|"
+echo "| mutant | caught by | seeds to catch | caught directly by | seeds to catch |"
+echo "|---|---|---|---|---|"
 escaped=0
 for patch in "${patches[@]}"; do
   name=$(basename "$patch" .patch)
@@ -49,22 +51,27 @@ for patch in "${patches[@]}"; do
   git apply -R "$patch"
   applied=""
   first=${LEADERD_SIM_FIRST:-0}
+  direct="- | -"
+  if seen=$(grep -m1 -oE 'seed [0-9]+ \(replay: LEADERD_SIM_DIRECT_SEED=[0-9]+\) broke property [0-9]+' <<<"$out"); then
+    seed=$(awk '{print $2}' <<<"$seen")
+    direct="property ${seen##* }, seed $seed | $((seed - first + 1))"
+  fi
   if seen=$(grep -m1 -o 'seed [0-9]* violated property [0-9]*' <<<"$out"); then
     seed=$(awk '{print $2}' <<<"$seen")
     property=$(awk '{print $5}' <<<"$seen")
-    echo "| $name | property $property, seed $seed | $((seed - first + 1)) |"
+    echo "| $name | property $property, seed $seed | $((seed - first + 1)) | $direct |"
   elif failed=$(grep -m1 -o 'sim::tests::regressions::[a-z_]*' <<<"$out" | head -1); then
-    echo "| $name | regression scenario ${failed##*::} | (scenario) |"
+    echo "| $name | regression scenario ${failed##*::} | (scenario) | $direct |"
   elif grep -q "error\[E" <<<"$out"; then
-    echo "| $name | DOES NOT COMPILE | - |"
+    echo "| $name | DOES NOT COMPILE | - | - | - |"
     escaped=$((escaped + 1))
   elif grep -q "test result: FAILED" <<<"$out"; then
-    echo "| $name | $(grep -m1 -oE '^---- [a-z_:]+' <<<"$out") | - |"
+    echo "| $name | $(grep -m1 -oE '^---- [a-z_:]+' <<<"$out") | - | $direct |"
   elif failed=$(grep -m1 -oE '^---- [a-z_:]+ stdout' <<<"$unit"); then
     failed=${failed#---- }
-    echo "| $name | missed by the simulator; unit test ${failed% stdout} | - |"
+    echo "| $name | missed by the simulator; unit test ${failed% stdout} | - | $direct |"
   else
-    echo "| $name | ESCAPED | - |"
+    echo "| $name | ESCAPED | - | - | - |"
     escaped=$((escaped + 1))
   fi
 done

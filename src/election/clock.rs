@@ -35,9 +35,9 @@ pub(super) fn boottime_by_tokio() -> Duration {
 /// An instant on both of this node's clocks: the monotonic one its timers run on, and
 /// [`BootClock`], which also counts a suspend of the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Instants {
-    pub(super) at: Instant,
-    pub(super) boot: Duration,
+pub(crate) struct Instants {
+    pub(crate) at: Instant,
+    pub(crate) boot: Duration,
 }
 
 impl Instants {

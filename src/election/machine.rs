@@ -26,11 +26,11 @@ pub(super) use round::Awaiting;
 
 /// How often a leader looks at CLOCK_BOOTTIME for its deadline: its timers would not
 /// notice that the host slept.
-pub(super) const BOOT_LOOK_EVERY: Duration = Duration::from_millis(100);
+pub(crate) const BOOT_LOOK_EVERY: Duration = Duration::from_millis(100);
 
 /// How long a stopping node waits for the answer of a statement already in flight: a
 /// claim may have just taken the row, and its term is the one to release.
-pub(super) const STOP_WAIT_IN_FLIGHT: Duration = Duration::from_millis(400);
+pub(crate) const STOP_WAIT_IN_FLIGHT: Duration = Duration::from_millis(400);
 
 /// What this node holds in the database as far as it knows, and what it is doing about it.
 ///
@@ -45,7 +45,7 @@ pub(super) const STOP_WAIT_IN_FLIGHT: Duration = Duration::from_millis(400);
 ///  any ──stop, a statement in flight──► Stopping ──► SteppingDown ──► Done
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum State {
+pub(crate) enum State {
     /// Holds nothing: reads the row, and claims a free lease when it may.
     Following {
         /// A term this node may hold: its claim failed on the way back, so it may have
@@ -93,15 +93,15 @@ pub(super) enum State {
 /// status, and whether every claim gate is open (read by the loop right before the step,
 /// so a gate closed between a read and a claim stops the claim).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Moment {
-    pub(super) at: Instants,
-    pub(super) wall: SystemTime,
-    pub(super) claims_open: bool,
+pub(crate) struct Moment {
+    pub(crate) at: Instants,
+    pub(crate) wall: SystemTime,
+    pub(crate) claims_open: bool,
 }
 
 /// What happened.
 #[derive(Debug)]
-pub(super) enum Input {
+pub(crate) enum Input {
     /// The round timer fired (see [`Machine::next_round`]).
     Due,
     /// The deadline timer fired (see [`Machine::next_look`]).
@@ -121,7 +121,7 @@ pub(super) enum Input {
 /// A statement for the store. The loop fills in the election's name, node id, ttl and
 /// token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Statement {
+pub(crate) enum Statement {
     /// Renew a live lease of ours in `term`, stating the commands seen.
     Renew {
         term: i64,
@@ -153,7 +153,7 @@ pub(super) enum Statement {
 
 /// A statement's answer.
 #[derive(Debug)]
-pub(super) enum Reply {
+pub(crate) enum Reply {
     /// Renew, reacquire, claim, accept, release: whether the row changed.
     Done(bool),
     Row(Option<LeaseRow>),
@@ -164,7 +164,7 @@ pub(super) enum Reply {
 
 /// What to do, in order.
 #[derive(Debug)]
-pub(super) enum Action {
+pub(crate) enum Action {
     Send(Statement),
     /// Drop the statement in flight unanswered.
     Abandon,
@@ -187,23 +187,23 @@ pub(super) enum Action {
 
 /// The health of the connection to the database, as rounds find it.
 #[derive(Debug, Default)]
-pub(super) struct Link {
+pub(crate) struct Link {
     /// Consecutive failed rounds (0 when the database answers).
-    pub(super) failures: u32,
+    pub(crate) failures: u32,
     /// Whether the last round succeeded, so the store's connection is open.
-    pub(super) connected: bool,
+    pub(crate) connected: bool,
     /// Whether the round trip was last seen thin against the renew margin.
-    pub(super) thin_margin: bool,
+    pub(crate) thin_margin: bool,
     /// The last round's error while rounds keep failing.
-    pub(super) error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// One node's election, as a state machine.
-pub(super) struct Machine {
-    pub(super) settings: Arc<ElectionSettings>,
+pub(crate) struct Machine {
+    pub(crate) settings: Arc<ElectionSettings>,
     /// Marks the terms this election starts, so that it can tell an in-doubt term of its
     /// own from one another process with the same node id started.
-    pub(super) token: ProcessToken,
+    pub(crate) token: ProcessToken,
     pub(super) state: State,
     /// The statement whose answer the machine waits for, and the round it belongs to.
     pub(super) awaiting: Option<Awaiting>,
@@ -221,11 +221,11 @@ pub(super) struct Machine {
     pub(super) rounds_completed: u64,
     /// Spreads followers' polls at a lapse; seeded by the simulator, so that a seed
     /// replays the same run.
-    pub(super) rng: SmallRng,
+    pub(crate) rng: SmallRng,
 }
 
 impl Machine {
-    pub(super) fn new(settings: Arc<ElectionSettings>, now: Instant) -> Self {
+    pub(crate) fn new(settings: Arc<ElectionSettings>, now: Instant) -> Self {
         Machine {
             settings,
             token: ProcessToken::random(),
@@ -247,7 +247,7 @@ impl Machine {
     }
 
     /// The one transition: what `input` at `now` changes, and what to do about it.
-    pub(super) fn step(&mut self, now: Moment, input: Input) -> Vec<Action> {
+    pub(crate) fn step(&mut self, now: Moment, input: Input) -> Vec<Action> {
         let mut actions = Vec::new();
         match input {
             Input::Stop => self.stop(now, &mut actions),
@@ -290,7 +290,7 @@ impl Machine {
     /// When the loop must step with [`Input::Due`] if nothing else comes first: the next
     /// round, or a stopping node's last wait for a statement in flight. `None` while a
     /// statement is in flight or nothing is left to do.
-    pub(super) fn next_round(&self) -> Option<Instant> {
+    pub(crate) fn next_round(&self) -> Option<Instant> {
         match &self.state {
             State::Stopping { give_up, .. } => Some(*give_up),
             State::SteppingDown { .. } | State::Done => None,
@@ -302,7 +302,7 @@ impl Machine {
     /// When a leader next looks at its deadline ([`Input::Look`]): at the deadline by the
     /// monotonic clock, and every BOOT_LOOK_EVERY for a suspend of the host, which that
     /// clock misses.
-    pub(super) fn next_look(&self, now: Instant) -> Option<Instant> {
+    pub(crate) fn next_look(&self, now: Instant) -> Option<Instant> {
         match self.state {
             State::Leading { deadline, .. } => Some(deadline.at.min(now + BOOT_LOOK_EVERY)),
             _ => None,
@@ -311,12 +311,12 @@ impl Machine {
 
     /// Whether the machine takes requests (resign, release hints) now: between rounds,
     /// and not once it steps down.
-    pub(super) fn between_rounds(&self) -> bool {
+    pub(crate) fn between_rounds(&self) -> bool {
         self.awaiting.is_none() && self.takes_renew_requests()
     }
 
     /// Whether renew requests are taken (not while stepping down or stopping).
-    pub(super) fn takes_renew_requests(&self) -> bool {
+    pub(crate) fn takes_renew_requests(&self) -> bool {
         !matches!(
             self.state,
             State::SteppingDown { .. } | State::Stopping { .. } | State::Done
@@ -324,7 +324,7 @@ impl Machine {
     }
 
     /// Whether it has stopped taking the stop (it is stopping already).
-    pub(super) fn stopping(&self) -> bool {
+    pub(crate) fn stopping(&self) -> bool {
         matches!(
             self.state,
             State::Stopping { .. }
@@ -338,11 +338,11 @@ impl Machine {
     }
 
     /// Whether a lock that held its one term will never claim again.
-    pub(super) fn claims_ended(&self) -> bool {
+    pub(crate) fn claims_ended(&self) -> bool {
         self.single_term && self.held_any
     }
 
-    pub(super) fn is_leading(&self) -> bool {
+    pub(crate) fn is_leading(&self) -> bool {
         matches!(self.state, State::Leading { .. })
     }
 
@@ -357,7 +357,7 @@ impl Machine {
     }
 
     /// Where the lease granted by a statement sent at `sent` ends locally.
-    pub(super) fn lease_from(&self, sent: Instants) -> Instants {
+    pub(crate) fn lease_from(&self, sent: Instants) -> Instants {
         sent.plus(self.settings.ttl - self.settings.safety_margin())
     }
 

@@ -23,9 +23,9 @@
 //! - `handles`: how the loop is steered from outside ([`ResignHandle`], [`RenewHandle`],
 //!   [`ClaimGate`], [`CandidacyGate`]).
 
-mod clock;
+pub(crate) mod clock;
 mod handles;
-mod machine;
+pub(crate) mod machine;
 mod run;
 pub mod settings;
 mod status;

@@ -24,16 +24,16 @@ const CONNECT: Duration = Duration::from_millis(1);
 
 /// What happens to one statement.
 #[derive(Debug, Clone, Copy, Default)]
-struct Fate {
+pub(super) struct Fate {
     /// On the way to the database.
-    there: Duration,
+    pub(super) there: Duration,
     /// Waiting for the row lock, after the database read its clock (if it reads it on
     /// arrival).
-    lock_wait: Duration,
+    pub(super) lock_wait: Duration,
     /// On the way back.
-    back: Duration,
-    fail_before_commit: bool,
-    lose_answer: bool,
+    pub(super) back: Duration,
+    pub(super) fail_before_commit: bool,
+    pub(super) lose_answer: bool,
 }
 
 /// One node's statement faults: its windows from the schedule, and the dice.
@@ -66,7 +66,7 @@ impl Dice {
         }
     }
 
-    fn fate(&mut self, now: Instant) -> Fate {
+    pub(super) fn fate(&mut self, now: Instant) -> Fate {
         let quick = Duration::from_micros(300);
         let mut fate = Fate {
             there: quick.mul_f64(self.rng.random_range(0.5..2.0)),

@@ -18,6 +18,7 @@
 
 mod database;
 mod db;
+mod direct;
 mod node;
 mod schedule;
 mod trace;

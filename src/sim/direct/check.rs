@@ -1,0 +1,128 @@
+//! The properties a direct run checks after every event: 1 to 4 here (5, 6 at each
+//! sending, 11 and 12 where the database starts a term).
+
+use std::time::Duration;
+
+use super::{ELECTION, World};
+use crate::election::Role;
+use crate::sim::world::LIVENESS_SLACK;
+
+impl World {
+    /// The process acting as leader now: one that says so, with its lease deadline not yet
+    /// passed by its boot clock (a frozen leader's work is frozen with it, and the fence
+    /// stops it at that deadline).
+    fn acting(&self) -> Vec<usize> {
+        let boot = Duration::from_secs(1000) + self.now;
+        (0..self.processes.len())
+            .filter(|&i| {
+                let p = &self.processes[i];
+                p.alive
+                    && p.status.role == Role::Leader
+                    && p.status.lease_deadline_boot.is_some_and(|d| boot < d)
+            })
+            .collect()
+    }
+
+    pub(super) fn check(&mut self) {
+        if self.violation.is_some() {
+            return;
+        }
+        let acting = self.acting();
+        if acting.len() > 1 {
+            let who: Vec<String> = acting
+                .iter()
+                .map(|&i| {
+                    let p = &self.processes[i];
+                    format!("{} (term {:?})", p.label, p.status.term)
+                })
+                .collect();
+            return self.fail(
+                "1: at no instant do two nodes act as leader",
+                who.join(" and "),
+            );
+        }
+        let Some(&index) = acting.first() else {
+            self.leaderless_since.get_or_insert(self.now);
+            return self.check_liveness();
+        };
+        self.leaderless_since = None;
+        let p = &self.processes[index];
+        let (label, term) = (p.label.clone(), p.status.term.expect("a leader has a term"));
+        let node_id = self.scenario.nodes[p.node].id.clone();
+        let deadline = p
+            .status
+            .lease_deadline_boot
+            .expect("a leader has a deadline");
+        let ppm = 1.0 + self.scenario.db_clock_ppm as f64 * 1e-6;
+        let row = self.db.table.lease_row(ELECTION, self.db_clock());
+        // The row's lease, in the nodes' time, ends no earlier than this leader's deadline.
+        let held = row.as_ref().is_some_and(|r| {
+            r.holder.as_deref() == Some(node_id.as_str())
+                && r.term == term
+                && deadline <= Duration::from_secs(1000) + self.now + r.remaining().div_f64(ppm)
+        });
+        if !held {
+            return self.fail(
+                "2: a node acts as leader only while the row names it, in its term, live",
+                format!(
+                    "{label} acts in term {term} until boot {deadline:?}, but the row is {row:?}"
+                ),
+            );
+        }
+        let first = *self.acted.entry(term).or_insert(index);
+        if first != index {
+            let other = self.processes[first].label.clone();
+            return self.fail(
+                "3: no term is acted on by two processes",
+                format!("term {term}: {other} and {label}"),
+            );
+        }
+        let p = &mut self.processes[index];
+        if p.last_term.is_some_and(|last| term < last) {
+            let last = p.last_term;
+            return self.fail(
+                "3: terms only grow",
+                format!("{label} acts in term {term} after term {last:?}"),
+            );
+        }
+        p.last_term = Some(term);
+    }
+
+    /// Property 4: once the faults are over, a candidate leads within ttl + interval +
+    /// `LIVENESS_SLACK`, whenever a live, healthy candidate could lead and no pause holds.
+    fn check_liveness(&mut self) {
+        let row = self.db.table.lease_row(ELECTION, self.db_clock());
+        let paused = row.as_ref().is_some_and(|row| row.paused());
+        // A handover window for a target that stopped after it accepted keeps the lease
+        // from everyone else until it ends (2 ttl after the release): count from there.
+        let handed_to_the_gone = row.as_ref().is_some_and(|row| {
+            row.pending.handover_for.is_some()
+                && !self.processes.iter().any(|p| {
+                    p.alive
+                        && !p.stopped
+                        && row.pending.handover_to.as_deref()
+                            == Some(self.scenario.nodes[p.node].id.as_str())
+                })
+        });
+        if paused || handed_to_the_gone {
+            self.leaderless_since = Some(self.now);
+            return;
+        }
+        let Some(since) = self.leaderless_since else {
+            return;
+        };
+        let quiet_from = self.scenario.events.iter().map(|e| e.until).max();
+        let since = since.max(quiet_from.unwrap_or_default());
+        let bound = self.scenario.ttl + self.scenario.interval + LIVENESS_SLACK;
+        let could_lead = self.processes.iter().any(|p| {
+            p.alive && !p.stopped && !p.unhealthy && self.scenario.nodes[p.node].candidate
+        });
+        if could_lead && self.now > since + bound {
+            let detail = format!("no leader since {since:?}, faults over at {quiet_from:?}");
+            self.fail(
+                "4: once the faults are over, a candidate leads within ttl + interval + 1s",
+                detail,
+            );
+        }
+    }
+}

@@ -1,0 +1,432 @@
+//! The simulator's second driver: the election's state machine
+//! ([`Machine::step`](crate::election::machine::Machine::step)) driven by a discrete-event
+//! loop of its own, with no tokio, no tasks and no channels. Each node process is a
+//! [`Machine`]; its statements meet the same per-statement faults as in the tokio-driven
+//! runs ([`Dice`]) and run against the same database model ([`Db`], the store contract's
+//! [`Table`](crate::store::memory::Table)), and the same seed draws the same
+//! [`Scenario`]. What lies outside the election (hooks, the status file, the members
+//! task, preemption) is modelled by what it promises the machine: a durable status after
+//! a delay, a resign once the leader work has stopped, a claim gate.
+//!
+//! It checks properties 1 to 6 and 11 to 12 after every event, many times faster than the
+//! tokio-driven runs: CI searches more seeds with it (see `tests.rs`).
+
+mod check;
+mod process;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, RngCore, SeedableRng};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::Duration;
+use tokio::time::Instant;
+
+use super::database::Db;
+use super::schedule::{Fault, Scenario};
+use crate::election::machine::Reply;
+use crate::store::StoreError;
+use process::{Process, Sent};
+
+/// The election's name in the table.
+const ELECTION: &str = "sim";
+/// Time to open a connection.
+const CONNECT: Duration = Duration::from_millis(1);
+/// How long after a release or a command its notification reaches a listener.
+/// The last events a failure's report shows.
+pub(crate) const TRACE_LINES: usize = 60;
+const NOTIFY: Duration = Duration::from_millis(1);
+
+/// What happens at an instant of the run.
+#[derive(Debug)]
+enum Event {
+    /// A process's timer, valid while its generation is current.
+    Timer {
+        process: usize,
+        generation: u64,
+    },
+    /// A statement reaches the database.
+    Execute(Sent),
+    /// A statement's answer reaches its process.
+    Arrive {
+        process: usize,
+        id: u64,
+        answer: Result<Reply, StoreError>,
+    },
+    /// A schedule window opens (`true`) or closes.
+    Window {
+        index: usize,
+        opens: bool,
+    },
+    /// A release notification, or a resign that a process's leader work asks for.
+    Hint {
+        process: usize,
+    },
+    Resign {
+        process: usize,
+        term: i64,
+    },
+    /// A node's process starts (a first start, or a restart with the same id).
+    Start {
+        node: usize,
+    },
+}
+
+/// What a direct run found.
+pub(crate) struct DirectReport {
+    pub(crate) seed: u64,
+    /// The property that failed, what broke it, and the run's last events.
+    pub(crate) violation: Option<(&'static str, String)>,
+    pub(crate) trace: Vec<String>,
+    pub(crate) statements: u64,
+    pub(crate) steps: u64,
+    brief: String,
+}
+
+impl DirectReport {
+    pub(crate) fn explain(&self) -> String {
+        let Some((property, detail)) = &self.violation else {
+            return format!("seed {}: every property held", self.seed);
+        };
+        format!(
+            "seed {} (replay: LEADERD_SIM_DIRECT_SEED={}) broke property {property}\n  {detail}\nscenario: {}last events:\n{}",
+            self.seed,
+            self.seed,
+            self.brief,
+            self.trace.join("\n")
+        )
+    }
+}
+
+/// One run of `seed`, driving the machines directly. `trace`: how many of the last events
+/// to keep (a failing seed is run again with them).
+pub(crate) fn run(seed: u64, trace: usize) -> DirectReport {
+    let scenario = Scenario::draw(seed);
+    let mut world = World::new(seed, scenario, trace);
+    world.run();
+    let brief = world.scenario.brief();
+    DirectReport {
+        seed,
+        violation: world.violation,
+        trace: world.trace.into_iter().collect(),
+        statements: world.statements,
+        steps: world.steps,
+        brief,
+    }
+}
+
+/// The whole run: the database, the processes, and the events to come.
+pub(super) struct World {
+    scenario: Scenario,
+    /// The instant the run starts at; everything else is an offset from it.
+    base: Instant,
+    now: Duration,
+    db: Db,
+    processes: Vec<Process>,
+    queue: BinaryHeap<Reverse<(Duration, u64)>>,
+    events: Vec<Option<Event>>,
+    rng: SmallRng,
+    /// The schedule's windows open now (by index).
+    open: Vec<bool>,
+    violation: Option<(&'static str, String)>,
+    /// How many of the last events to keep.
+    tracing: usize,
+    trace: std::collections::VecDeque<String>,
+    statements: u64,
+    steps: u64,
+    next_id: u64,
+    /// When no process has acted as leader since (property 4).
+    leaderless_since: Option<Duration>,
+    /// Which process acted in each term (property 3).
+    acted: std::collections::HashMap<i64, usize>,
+}
+
+impl World {
+    fn new(seed: u64, scenario: Scenario, tracing: usize) -> World {
+        let windows = scenario.events.len();
+        let mut world = World {
+            base: Instant::now(),
+            now: Duration::ZERO,
+            db: Db::new(),
+            processes: Vec::new(),
+            queue: BinaryHeap::new(),
+            events: Vec::new(),
+            rng: SmallRng::seed_from_u64(seed ^ 0xd1ec7),
+            open: vec![false; windows],
+            violation: None,
+            tracing,
+            trace: Default::default(),
+            statements: 0,
+            steps: 0,
+            next_id: 0,
+            leaderless_since: None,
+            acted: Default::default(),
+            scenario,
+        };
+        for node in 0..world.scenario.nodes.len() {
+            let at = Duration::from_millis(world.rng.random_range(0..50));
+            world.at(at, Event::Start { node });
+        }
+        for index in 0..windows {
+            let (from, until) = (
+                world.scenario.events[index].from,
+                world.scenario.events[index].until,
+            );
+            world.at(from, Event::Window { index, opens: true });
+            world.at(
+                until,
+                Event::Window {
+                    index,
+                    opens: false,
+                },
+            );
+        }
+        world
+    }
+
+    /// Schedules `event` at `at` (offset from the start).
+    fn at(&mut self, at: Duration, event: Event) {
+        let seq = self.events.len() as u64;
+        self.events.push(Some(event));
+        self.queue.push(Reverse((at.max(self.now), seq)));
+    }
+
+    fn note(&mut self, who: &str, what: impl FnOnce() -> String) {
+        if self.tracing > 0 {
+            if self.trace.len() == self.tracing {
+                self.trace.pop_front();
+            }
+            let line = format!("{:>9.4}s {who:>6} {}", self.now.as_secs_f64(), what());
+            self.trace.push_back(line);
+        }
+    }
+
+    fn fail(&mut self, property: &'static str, detail: String) {
+        if self.violation.is_none() {
+            let at = self.now;
+            self.note("check", || format!("VIOLATED {property}: {detail}"));
+            self.violation = Some((property, format!("at {at:?}: {detail}")));
+        }
+    }
+
+    fn run(&mut self) {
+        while let Some(Reverse((at, seq))) = self.queue.pop() {
+            if at > self.scenario.length || self.violation.is_some() {
+                break;
+            }
+            self.now = at;
+            let event = self.events[seq as usize]
+                .take()
+                .expect("each event runs once");
+            self.handle(event);
+            self.check();
+        }
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Timer {
+                process,
+                generation,
+            } => {
+                if self.processes[process].timer == generation {
+                    self.pump(process);
+                }
+            }
+            Event::Execute(sent) => self.execute(sent),
+            Event::Arrive {
+                process,
+                id,
+                answer,
+            } => {
+                let p = &mut self.processes[process];
+                if p.alive && p.in_flight == Some(id) {
+                    p.arrived = Some(answer);
+                    self.pump(process);
+                }
+            }
+            Event::Window { index, opens } => self.window(index, opens),
+            Event::Hint { process } => {
+                self.processes[process].hint = true;
+                self.pump(process);
+            }
+            Event::Resign { process, term } => {
+                self.processes[process].resign = Some(Some(term));
+                self.pump(process);
+            }
+            Event::Start { node } => self.start(node),
+        }
+    }
+
+    /// A schedule window opens or closes: the faults that are not per statement.
+    fn window(&mut self, index: usize, opens: bool) {
+        self.open[index] = opens;
+        let event = self.scenario.events[index].clone();
+        let length = event.until.saturating_sub(event.from);
+        let refuse_until = self.base + self.now + length;
+        match (event.fault, opens) {
+            (Fault::RefuseConnections, true) => self.db.refuse_until = Some(refuse_until),
+            (Fault::Restart, true) => {
+                self.db.epoch += 1;
+                self.db.refuse_until = Some(refuse_until);
+            }
+            // Listeners connect again, and wake once (a release may have been missed).
+            (Fault::Restart, false) => self.notify_all(),
+            (Fault::Freeze { node }, true) => self.freeze(node, event.until, Duration::ZERO),
+            (Fault::Suspend { node }, true) => self.freeze(node, event.until, length),
+            (Fault::Crash { node, restart }, true) => {
+                self.kill(node);
+                if restart {
+                    self.at(event.until, Event::Start { node });
+                }
+            }
+            (Fault::Twin { node }, true) => self.start(node),
+            (Fault::Twin { node }, false) => self.kill_twin(node),
+            (Fault::Stop { node, restart }, true) => {
+                self.stop(node);
+                if restart {
+                    self.at(event.until, Event::Start { node });
+                }
+            }
+            (Fault::StopDuringReload { node, .. }, true) => self.stop(node),
+            (Fault::Unhealthy { node }, healthy) => self.set_unhealthy(node, healthy),
+            (Fault::Pause { .. }, true) => {
+                let db_now = self.db_clock();
+                self.db.table.pause(db_now, ELECTION, length);
+                self.notify_all();
+            }
+            (Fault::Pause { resume: true }, false) => {
+                self.db.table.resume(ELECTION);
+                self.notify_all();
+            }
+            (Fault::Resign, true) => self.operator(None),
+            (Fault::Handover { to }, true) => self.operator(Some(to)),
+            _ => {}
+        }
+    }
+
+    /// `leaderd resign`, or `handover --to` node `to`: written straight into the row.
+    fn operator(&mut self, to: Option<usize>) {
+        let db_now = self.db_clock();
+        let Some(row) = self.db.table.lease_row(ELECTION, db_now) else {
+            return;
+        };
+        let Some(holder) = row.live_holder().map(str::to_owned) else {
+            return;
+        };
+        let asked = match to {
+            None => self
+                .db
+                .table
+                .request_resign(db_now, ELECTION, &holder, row.term),
+            // The operator refuses a target that could not lead: no process of it runs,
+            // it is an observer, stopping, or unhealthy.
+            Some(to) => {
+                let could_lead = self.scenario.nodes[to].candidate
+                    && self
+                        .processes
+                        .iter()
+                        .any(|p| p.node == to && p.alive && !p.stopped && !p.unhealthy);
+                let to = self.scenario.nodes[to].id.clone();
+                could_lead
+                    && to != holder
+                    && self
+                        .db
+                        .table
+                        .request_handover(db_now, ELECTION, &holder, row.term, &to, true)
+            }
+        };
+        self.note("op", || {
+            format!("asks {holder} (term {}) to step down: {asked}", row.term)
+        });
+        if asked {
+            self.notify_all();
+        }
+    }
+
+    /// A release notification to every listening process (PostgreSQL's NOTIFY).
+    fn notify_all(&mut self) {
+        if !self.scenario.notifies {
+            return;
+        }
+        for process in 0..self.processes.len() {
+            if self.processes[process].alive {
+                self.at(self.now + NOTIFY, Event::Hint { process });
+            }
+        }
+    }
+
+    /// The database's clock now.
+    fn db_clock(&self) -> Instant {
+        let ppm = self.scenario.db_clock_ppm as f64 * 1e-6;
+        self.base + self.now + self.now.mul_f64(ppm)
+    }
+
+    /// Draws the fate of a statement sent now by `process`, and schedules it.
+    fn send(&mut self, mut sent: Sent) {
+        self.statements += 1;
+        let p = &mut self.processes[sent.process];
+        let fate = p.dice.fate(self.base + self.now);
+        let connected = p.connected;
+        let mut delay = fate.there;
+        if connected.is_none() {
+            delay += CONNECT;
+            if self.db.refusing(self.base + self.now + CONNECT) {
+                self.processes[sent.process].connected = None;
+                let answer = Err(StoreError::ConnectTimeout {
+                    url: "sim".into(),
+                    after: CONNECT,
+                });
+                return self.answer(&sent, CONNECT, answer);
+            }
+            self.processes[sent.process].connected = Some(self.db.epoch);
+        }
+        if fate.fail_before_commit {
+            let answer = Err(StoreError::QueryTimeout { after: delay });
+            return self.answer(&sent, delay, answer);
+        }
+        sent.epoch = self.processes[sent.process].connected.unwrap_or_default();
+        sent.back = fate.back;
+        sent.lose_answer = fate.lose_answer;
+        sent.sent_at = self.now;
+        self.at(self.now + delay + fate.lock_wait, Event::Execute(sent));
+    }
+
+    /// Schedules the answer to `sent`, `after` from now, bounded by the client's timeout.
+    fn answer(&mut self, sent: &Sent, after: Duration, answer: Result<Reply, StoreError>) {
+        let timeout = self.scenario.query_timeout;
+        let elapsed = self.now.saturating_sub(sent.sent_at) + after;
+        let (at, answer) = match elapsed > timeout {
+            true => (
+                sent.sent_at + timeout,
+                Err(StoreError::QueryTimeout { after: timeout }),
+            ),
+            false => (self.now + after, answer),
+        };
+        let p = &mut self.processes[sent.process];
+        if answer.is_err() {
+            // As SqlStore does: a connection is never reused after an error.
+            p.connected = None;
+        }
+        let (process, id) = (sent.process, sent.id);
+        self.at(
+            at,
+            Event::Arrive {
+                process,
+                id,
+                answer,
+            },
+        );
+    }
+
+    fn fresh_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn random_seed(&mut self) -> u64 {
+        self.rng.next_u64()
+    }
+}
+
+#[cfg(test)]
+mod tests;
