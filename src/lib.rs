@@ -7,7 +7,8 @@
 //! # Layout
 //!
 //! The core is the library. Its dependencies run one way, store ← election ← lock, and
-//! none of it knows the daemon (`scripts/check-layers.sh` keeps it so):
+//! none of it knows the daemon (`scripts/check-layers.sh` keeps it so, and no file cycle
+//! anywhere in `src/`):
 //!
 //! - [`store`]: the lease table as single-statement operations ([`LeaseStore`]), over one
 //!   connection to PostgreSQL, MySQL/MariaDB or SQLite ([`SqlStore`]), with every
