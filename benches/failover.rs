@@ -6,7 +6,8 @@
 //! `cargo bench --bench failover` (what `scripts/bench.sh` runs) rewrites BENCHMARKS.md.
 //! `-- --runs N` changes the number of runs per measurement (default 30).
 
-#[allow(unused_macros)]
+// The benchmark uses a part of the integration tests' support.
+#[allow(dead_code, unused_imports, unused_macros)]
 #[path = "../tests/it/support/mod.rs"]
 mod common;
 

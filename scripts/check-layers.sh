@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Keeps the layers one-way: the core (store, election, lock) knows nothing of the daemon
 # built on it. A file under src/store/, src/election/ or src/lock* that names one of the
-# daemon-side modules fails the check, with the offending lines.
+# daemon-side modules fails the check, with the offending lines. Then
+# scripts/check-layout.py checks the rest of the layout: no import cycle among the files
+# of src/, no source file over 500 lines (tests apart), README.md under 12 KB.
+# Every check runs and prints its offenders; the script fails if any of them failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +13,7 @@ daemon_side='config|daemon|cli|hooks|http|kubernetes|metrics|systemd|status_file
 # `crate::config`, `crate::{config, …}`, and `leaderd::config` in doc examples.
 pattern="(crate|leaderd)::(\{[^}]*\b)?($daemon_side)\b"
 
+failed=0
 existing=()
 for path in "${core[@]}"; do
   [ -e "$path" ] && existing+=("$path")
@@ -18,7 +22,7 @@ done
 if violations=$(grep -rnE --include='*.rs' "$pattern" "${existing[@]}"); then
   echo "layer check failed: the core (store, election, lock) must not use daemon-side modules:" >&2
   echo "$violations" >&2
-  exit 1
+  failed=1
 fi
 
 # The hooks run commands and know nothing of who reads the results: they may not import
@@ -28,7 +32,9 @@ hooks_pattern="(crate|leaderd)::(\{[^}]*\b)?(config|status_file|metrics)\b"
 if violations=$(grep -rnE --include='*.rs' "$hooks_pattern" src/hooks); then
   echo "layer check failed: src/hooks must not use config, status_file or metrics:" >&2
   echo "$violations" >&2
-  exit 1
+  failed=1
 fi
+python3 scripts/check-layout.py || failed=1
+[ "$failed" = 0 ] || exit 1
 echo "layer check passed: store, election and lock import nothing from the daemon side;"
 echo "  hooks import neither config, status_file nor metrics"

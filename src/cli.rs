@@ -3,46 +3,26 @@
 
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
-use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tracing::info;
 
 use crate::config::{Config, ConfigError};
 use crate::daemon::{self, ConfigSource, store};
 use crate::duration;
-use crate::election::Role;
-use crate::election::settings::id_with_suffix;
-use crate::hooks::{self, HookContext};
-use crate::lock::{LockError, LockOptions};
+use crate::hooks;
 use crate::logging::{self, LogFormat};
-use crate::operator::{self, MemberReport};
+use crate::operator;
 use crate::signals;
-use crate::status_file::StatusDocument;
-use crate::store::{ControlStore, LeaseStore, StoreError};
+use crate::store::StoreError;
 
-mod cron_lock;
-use cron_lock::LockCronFlags;
+mod exit;
+mod lock;
 mod locks;
 mod man;
+mod status;
 mod wait;
 
-/// Configuration errors (sysexits.h EX_CONFIG).
-pub const EXIT_CONFIG: u8 = 78;
-/// The database could not be reached or used (sysexits.h EX_UNAVAILABLE).
-pub const EXIT_UNAVAILABLE: u8 = 69;
-/// `lock`: someone else holds the lock (sysexits.h EX_TEMPFAIL: try again later).
-pub const EXIT_LOCK_HELD: u8 = 75;
-/// `lock`: the lock was lost while the command ran, and the command was stopped.
-pub const EXIT_LOCK_LOST: u8 = 76;
-/// `status --local`: this node follows a live leader (or no leader, as far as it knows).
-pub const EXIT_FOLLOWER: u8 = 1;
-/// `status --local`: no valid status: unknown role, a stale or missing file.
-pub const EXIT_STATUS_UNKNOWN: u8 = 3;
-/// `lock --hold-at-most`: COMMAND ran too long and was stopped (as timeout(1) exits).
-pub const EXIT_TIMED_OUT: u8 = 124;
-/// `lock`: an invalid lock name (a usage error, as clap reports its own).
-pub const EXIT_USAGE: u8 = 2;
+use exit::{EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_USAGE};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -149,20 +129,8 @@ enum Command {
     /// lapse), 124 if COMMAND ran past --hold-at-most and was stopped, 69 if the database
     /// cannot be used. The flags follow flock(1).
     Lock {
-        /// The lease length; it is renewed every third of it.
-        #[arg(long, default_value = "30s", value_parser = duration::positive)]
-        ttl: std::time::Duration,
         #[command(flatten)]
-        cron: LockCronFlags,
-        /// Log at the configured level (default: warnings and errors only).
-        #[arg(long, short)]
-        verbose: bool,
-        /// The lock's name; its row in the election table is `lock:NAME` (see
-        /// --election-row).
-        name: String,
-        /// The command and its arguments.
-        #[arg(last = true, required = true, value_name = "COMMAND")]
-        command: Vec<String>,
+        args: lock::LockArgs,
     },
     /// List every held lease, locks' and elections': name, kind, holder, term, when last
     /// renewed and how long it has left, as the database sees it now.
@@ -318,14 +286,7 @@ pub fn main() -> ExitCode {
         }
     };
     let level = match &cli.command {
-        // A cron job's mail should hold the job's output, not leaderd's; with -q, nothing
-        // of leaderd's unless it failed.
-        Command::Lock {
-            verbose: false,
-            cron,
-            ..
-        } if cron.quiet => "error",
-        Command::Lock { verbose: false, .. } => "warn",
+        Command::Lock { args } => args.log_level().unwrap_or(&config.log_level),
         _ => &config.log_level,
     };
     // `writer` flushes the log at the end of main, before the last words on stderr.
@@ -381,8 +342,8 @@ pub fn main() -> ExitCode {
             }
             Command::Status {
                 json, local: true, ..
-            } => Ok(local_status(&config, json)),
-            Command::Status { json, .. } => done(status(config, json).await),
+            } => Ok(status::local_status(&config, json)),
+            Command::Status { json, .. } => done(status::status(config, json).await),
             Command::Migrate => done(migrate(config).await),
             Command::Resign { step_down, .. } => {
                 let term = step_down.term;
@@ -398,19 +359,7 @@ pub fn main() -> ExitCode {
                 let stop = signals::shutdown_signal().context("cannot install signal handlers")?;
                 Ok(operator::watch(&config, once, stop).await?)
             }
-            Command::Lock {
-                ttl,
-                cron,
-                name,
-                command,
-                ..
-            } => cron_lock::recorded(
-                &cron.clone(),
-                &name,
-                lock(config, &name, ttl, cron, command),
-            )
-            .await
-            .map(ExitCode::from),
+            Command::Lock { args } => lock::run(config, args).await.map(ExitCode::from),
             Command::Wait { args, .. } => wait::wait(config, args).await,
             Command::Locks { args } => done(locks::locks(config, args).await),
             Command::CheckConfig
@@ -482,108 +431,6 @@ impl StepDownFlags {
     }
 }
 
-#[derive(Debug, Serialize)]
-struct ElectionReport<'a> {
-    election: &'a str,
-    leader: Option<&'a str>,
-    term: Option<i64>,
-    /// The holder (live or not) of the row; differs from `leader` once its lease lapsed.
-    holder: Option<&'a str>,
-    lease_ms: Option<u64>,
-    age_ms: Option<u64>,
-    remaining_ms: Option<u64>,
-    /// `leaderd pause`: how long the pause lasts yet (`null`: not paused).
-    paused: bool,
-    paused_ms: Option<u64>,
-    /// A handover in its window: only this node may claim.
-    handover_to: Option<&'a str>,
-    /// Every member of the election (`null` if the table cannot be read).
-    members: Option<Vec<MemberReport>>,
-}
-
-async fn status(config: Config, json: bool) -> anyhow::Result<()> {
-    // Reads only, so that a role that may only SELECT can ask.
-    let mut store = store(&config, false).read_only();
-    let row = store
-        .get(&config.election)
-        .await
-        .with_context(|| format!("cannot read election {:?}", config.election))?;
-    let ms = |d: std::time::Duration| d.as_millis() as u64;
-    let report = ElectionReport {
-        election: &config.election,
-        leader: row.as_ref().and_then(|r| r.live_holder()),
-        term: row.as_ref().map(|r| r.term),
-        holder: row.as_ref().and_then(|r| r.holder.as_deref()),
-        lease_ms: row.as_ref().map(|r| ms(r.lease)),
-        age_ms: row.as_ref().map(|r| ms(r.age)),
-        remaining_ms: row.as_ref().map(|r| ms(r.remaining())),
-        paused: row.as_ref().is_some_and(|r| r.paused()),
-        paused_ms: row.as_ref().and_then(|r| r.pending.paused_for).map(ms),
-        handover_to: row.as_ref().and_then(|r| r.pending.handover_to.as_deref()),
-        members: None,
-    };
-    let leader = report.leader;
-    let members = match store.members(&config.election).await {
-        Ok(members) => Some(operator::member_reports(&members, leader)),
-        Err(error) => {
-            tracing::warn!(%error, "cannot read the members");
-            None
-        }
-    };
-    let report = ElectionReport { members, ..report };
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(());
-    }
-    println!("election:  {}", report.election);
-    println!("leader:    {}", report.leader.unwrap_or("none"));
-    match &row {
-        None => println!("term:      none (no node has joined yet)"),
-        Some(row) => {
-            println!("term:      {}", row.term);
-            println!(
-                "lease:     renewed {} ago, {} left of {}{}",
-                humantime::format_duration(row.age),
-                humantime::format_duration(row.remaining()),
-                humantime::format_duration(row.lease),
-                match (&row.holder, row.live_holder()) {
-                    (None, _) => " (released)".to_owned(),
-                    (Some(holder), None) => format!(" (lapsed; last held by {holder})"),
-                    _ => String::new(),
-                }
-            );
-            if let Some(left) = row.pending.paused_for {
-                println!(
-                    "paused:    for {} more (leaderd resume ends it)",
-                    humantime::format_duration(std::time::Duration::from_secs(left.as_secs()))
-                );
-            }
-            if let Some(to) = &row.pending.handover_to {
-                println!("handover:  to {to}");
-            }
-        }
-    }
-    if let Some(members) = &report.members {
-        println!("members:");
-        for m in members {
-            println!(
-                "  {:<20} {:<9} priority {:<4} {} on {}, seen {:.1}s ago{}",
-                m.node_id,
-                m.role,
-                m.priority,
-                m.version,
-                if m.host.is_empty() { "?" } else { &m.host },
-                m.seen_ms as f64 / 1000.0,
-                match m.preempt_hold_ms {
-                    Some(ms) => format!(", no preemption for {:.0}s", ms as f64 / 1000.0),
-                    None => String::new(),
-                }
-            );
-        }
-    }
-    Ok(())
-}
-
 async fn migrate(config: Config) -> anyhow::Result<()> {
     store(&config, true)
         .connect()
@@ -591,182 +438,4 @@ async fn migrate(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot migrate {}", config.database_url))?;
     println!("migrations applied to {}", config.database_url);
     Ok(())
-}
-
-async fn lock(
-    config: Config,
-    name: &str,
-    ttl: std::time::Duration,
-    cron: LockCronFlags,
-    argv: Vec<String>,
-) -> anyhow::Result<u8> {
-    // Before the lock is taken: a "cgroup" that cannot be had fails without holding it.
-    let containment = hooks::resolve_containment(config.hooks.containment)?;
-    // Installed first: a signal while waiting ends the wait, and later ones reach COMMAND.
-    let mut signals = signals::forwarded_signals().context("cannot install signal handlers")?;
-    // Unique per invocation: two `leaderd lock` on one host are two holders. A long node
-    // id gives way to the pid.
-    let holder = id_with_suffix(&config.node_id, &format!(":{}", std::process::id()));
-    if let Err(error) = cron.check() {
-        eprintln!("leaderd: {error}");
-        return Ok(EXIT_USAGE);
-    }
-    let row = cron.row(name);
-    let options = match LockOptions::new(&row, ttl).and_then(|o| o.holder(&holder)) {
-        Ok(options) => options,
-        Err(error) => {
-            eprintln!("leaderd: {error}");
-            return Ok(EXIT_USAGE);
-        }
-    };
-    let renew_every = options.renewal_interval();
-    let mut interrupted = None;
-    let interrupt = async {
-        interrupted = signals.recv().await;
-        if interrupted.is_none() {
-            std::future::pending::<()>().await;
-        }
-    };
-    let acquired = options
-        .acquire_unless(store(&config, config.migrate), cron.wait(), interrupt)
-        .await;
-    let guard = match acquired.map_err(|error| cron_lock::named(error, name)) {
-        Ok(guard) => guard,
-        Err(LockError::Cancelled { .. }) => {
-            let signal = interrupted.expect("cancelled by a signal");
-            eprintln!("leaderd: {signal} while waiting for lock {name:?}; not running the command");
-            return Ok(128 + signal as u8);
-        }
-        Err(error @ LockError::Held { .. }) => {
-            if !cron.quiet {
-                eprintln!("leaderd: {error}");
-            }
-            return Ok(cron.conflict_exit_code);
-        }
-        Err(error) => {
-            eprintln!("leaderd: {error}");
-            return Ok(EXIT_UNAVAILABLE);
-        }
-    };
-    if let Some(signal) = interrupted {
-        // It came as the lock was taken: honour it rather than lose it.
-        let _ = guard.release().await;
-        eprintln!("leaderd: {signal} while taking lock {name:?}; not running the command");
-        return Ok(128 + signal as u8);
-    }
-    info!(
-        lock = name,
-        holder,
-        term = guard.term(),
-        "lock taken; running the command"
-    );
-    let env = vec![
-        ("LEADERD_LOCK".to_owned(), name.to_owned()),
-        ("LEADERD_TERM".to_owned(), guard.term().to_string()),
-        ("LEADERD_HOLDER".to_owned(), holder.clone()),
-    ];
-    let context = HookContext {
-        election: name.to_owned(),
-        node_id: holder.clone(),
-        interval: renew_every,
-        ttl,
-        metrics: None,
-        containment,
-    };
-    let term = guard.term();
-    let program = argv[0].clone();
-    let mut signals = cron_lock::Signals::new(signals);
-    let (stop, stop_by) = tokio::sync::watch::channel(None);
-    let run = signals.forward_while(|forward| {
-        hooks::run_leased(argv, env, context, term, guard.status(), forward, stop_by)
-    });
-    let (ran, timed_out) = cron_lock::limit(run, &cron, guard.taken_at(), stop).await;
-    let still_held = guard.is_held();
-    if timed_out && still_held {
-        cron_lock::release(guard, name, std::time::Duration::ZERO).await;
-        return Ok(EXIT_TIMED_OUT);
-    }
-    let hold = match (cron.hold_at_least, ran.status, ran.fenced) {
-        (Some(hold), Some(_), false) => hold,
-        _ => std::time::Duration::ZERO,
-    };
-    cron_lock::release(guard, name, hold).await;
-    use std::os::unix::process::ExitStatusExt;
-    match ran.status {
-        None if !still_held => {
-            eprintln!(
-                "leaderd: lost lock {name:?} (term {term}) before the command could start: \
-                 the database did not take a renewal in time"
-            );
-            Ok(EXIT_LOCK_LOST)
-        }
-        _ if ran.fenced => {
-            eprintln!(
-                "leaderd: lost lock {name:?} (term {term}): the database did not take a renewal \
-                 in time, so the command was stopped before the lease could lapse and another \
-                 holder could start"
-            );
-            Ok(EXIT_LOCK_LOST)
-        }
-        Some(status) => Ok(match (status.code(), status.signal()) {
-            (Some(code), _) => code as u8,
-            (None, Some(signal)) => 128 + signal as u8,
-            _ => 1,
-        }),
-        None => anyhow::bail!("could not start {program:?} (the reason is logged above)"),
-    }
-}
-
-/// `status --local`: the exit status says what this node's status file says, as long as
-/// the file is still valid (`valid_until` ahead: a frozen or dead daemon's file goes stale).
-fn local_status(config: &Config, json: bool) -> ExitCode {
-    let path = &config.status_path;
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(error) => {
-            eprintln!(
-                "leaderd: cannot read status file {}: {error}",
-                path.display()
-            );
-            return ExitCode::from(EXIT_STATUS_UNKNOWN);
-        }
-    };
-    let document: StatusDocument = match serde_json::from_str(&text) {
-        Ok(document) => document,
-        Err(error) => {
-            eprintln!(
-                "leaderd: status file {} is not a leaderd status document: {error}",
-                path.display()
-            );
-            return ExitCode::from(EXIT_STATUS_UNKNOWN);
-        }
-    };
-    let valid_until = humantime::parse_rfc3339(&document.valid_until).ok();
-    let fresh = valid_until.is_some_and(|until| until > std::time::SystemTime::now());
-    let role = document.role;
-    if json {
-        print!("{text}");
-    } else {
-        let role = role.as_str();
-        let leader = document.leader.as_deref().unwrap_or("none");
-        // As the document has it: `null` while no term is known.
-        let term = document
-            .term
-            .map_or("null".to_owned(), |term| term.to_string());
-        let stale = if fresh {
-            ""
-        } else {
-            " (stale: valid_until has passed)"
-        };
-        let observer = if document.candidate { "" } else { ", observer" };
-        let health = document.health.map_or(String::new(), |health| {
-            format!(", health check {health:?}").to_lowercase()
-        });
-        println!("{role} (leader {leader}, term {term}{observer}{health}){stale}");
-    }
-    match role {
-        Role::Leader if fresh => ExitCode::SUCCESS,
-        Role::Follower if fresh => ExitCode::from(EXIT_FOLLOWER),
-        _ => ExitCode::from(EXIT_STATUS_UNKNOWN),
-    }
 }

@@ -7,7 +7,8 @@
 //! # Layout
 //!
 //! The core is the library. Its dependencies run one way, store ← election ← lock, and
-//! none of it knows the daemon (`scripts/check-layers.sh` keeps it so):
+//! none of it knows the daemon (`scripts/check-layers.sh` keeps it so, and no file cycle
+//! anywhere in `src/`):
 //!
 //! - [`store`]: the lease table as single-statement operations ([`LeaseStore`]), over one
 //!   connection to PostgreSQL, MySQL/MariaDB or SQLite ([`SqlStore`]), with every
@@ -58,15 +59,25 @@ pub(crate) mod standing;
 pub(crate) mod status_file;
 pub(crate) mod systemd;
 
-pub use election::{
-    CandidacyGate, ClaimGate, Election, ElectionSettings, RenewHandle, ResignHandle, Role,
-    RoleEvent, RoundObserver, RoundReport, Setting, SettingsError, Status,
-};
+// The names a program needs to run an election or take a lock, each once at the root. The
+// rest (row types, member records, the daemon's commands) stays in its module.
+
+/// One node's part in an election: [`Election::new`] with its settings and a store, then
+/// [`Election::run`]; it publishes its [`Status`] on a watch channel.
+pub use election::Election;
+/// What an election's status, role events and stepping down need.
+pub use election::{ClaimGate, ResignHandle, Role, RoleEvent, Status};
+/// The election's settings, validated as a whole, and what is wrong with one of them.
+pub use election::{ElectionSettings, SettingsError};
+/// A named lock around one piece of work: how to take it, the guard that holds it, and
+/// why it could not be taken or was lost.
 pub use lock::{LockError, LockGuard, LockOptions};
-pub use store::{
-    Backend, Commands, DatabaseUrl, LeaseRow, LeaseStore, Member, MemberRecord, Pending, Pooler,
-    ProcessToken, SqlStore, StoreError, Timeouts, UrlError,
-};
+/// The connection both run on: a PostgreSQL, MySQL/MariaDB or SQLite URL, its parse
+/// error, the connect and statement timeouts, and the store itself.
+pub use store::{DatabaseUrl, SqlStore, Timeouts, UrlError};
+/// What an election needs of a store (for a store of one's own, or a generic bound), and
+/// its error.
+pub use store::{LeaseStore, StoreError};
 
 /// The `leaderd` binary's entry point: parses the command line, runs the command and
 /// returns its exit status. Not part of the library API.

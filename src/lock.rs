@@ -60,13 +60,20 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{oneshot, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep_until};
 
-use crate::election::settings::{MAX_DURATION, Setting, SettingsError, id_with_suffix};
-use crate::election::{Election, ElectionSettings, RenewHandle, Role, Status};
-use crate::store::{Commands, LeaseRow, LeaseStore, ProcessToken, StoreError};
+use crate::election::settings::{MAX_DURATION, id_with_suffix};
+use crate::election::{Election, ElectionSettings, Role, Status};
+use crate::store::LeaseStore;
+
+mod error;
+mod guard;
+mod holding;
+
+pub use error::LockError;
+pub use guard::LockGuard;
+use holding::HoldingStore;
 
 /// How `leaderd lock NAME` names its row, `lock:NAME`, so that a lock never takes an
 /// election's row by mistake; an election's name cannot start with it.
@@ -77,82 +84,8 @@ const MAX_POLL: Duration = Duration::from_secs(1);
 /// Shorter leases are mistakes for a lock around a command.
 const MIN_TTL: Duration = Duration::from_millis(100);
 
-#[derive(Debug, thiserror::Error)]
-pub enum LockError {
-    #[error("{}", held_message(.name, .holder, *.term, *.lapses_in, *.waited))]
-    Held {
-        name: String,
-        /// Who holds the lock now.
-        holder: String,
-        term: i64,
-        /// When its lease lapses unless it renews (as the database saw it).
-        lapses_in: Duration,
-        /// How long this attempt waited before giving up.
-        waited: Duration,
-    },
-    #[error("cannot use the database for lock {name:?}: {source}")]
-    Unavailable {
-        name: String,
-        #[source]
-        source: StoreError,
-    },
-    #[error("cannot use the database for lock {name:?}: the lock's background task ended")]
-    TaskEnded { name: String },
-    #[error("lock {name:?} was lost in term {term}: its lease was not renewed in time")]
-    Lost { name: String, term: i64 },
-    #[error("gave up waiting for lock {name:?}")]
-    Cancelled { name: String },
-    #[error("lock {what} {value:?}: {reason}")]
-    Invalid {
-        what: &'static str,
-        value: String,
-        reason: String,
-    },
-}
-
-fn held_message(
-    name: &str,
-    holder: &str,
-    term: i64,
-    lapses_in: Duration,
-    waited: Duration,
-) -> String {
-    let waited = match waited.is_zero() {
-        true => String::new(),
-        false => format!(
-            " (gave up after waiting {})",
-            humantime::format_duration(waited)
-        ),
-    };
-    format!(
-        "lock {name:?} is held by {holder} (term {term}); its lease lapses in {} unless renewed{waited}",
-        humantime::format_duration(round_to_ms(lapses_in))
-    )
-}
-
-/// How a lock names each election setting.
-fn option_name(setting: Setting) -> &'static str {
-    match setting {
-        Setting::Name => "name",
-        Setting::NodeId => "holder",
-        Setting::Ttl => "ttl",
-        Setting::Interval | Setting::Poll => "renewal interval",
-    }
-}
-
-impl From<SettingsError> for LockError {
-    fn from(error: SettingsError) -> Self {
-        LockError::Invalid {
-            what: option_name(error.setting()),
-            value: error.value(),
-            reason: error.reason(option_name),
-        }
-    }
-}
-
-fn round_to_ms(duration: Duration) -> Duration {
-    Duration::from_millis(duration.as_millis() as u64)
-}
+/// How long a lock keeps trying a failing database before it reports it unavailable.
+const UNAVAILABLE_GRACE: Duration = Duration::from_secs(1);
 
 /// What to lock and how.
 #[derive(Debug, Clone)]
@@ -374,230 +307,6 @@ impl LockOptions {
             *waited = started.elapsed().min(wait);
         }
         Err(refusal.unwrap_or(LockError::TaskEnded { name: self.name }))
-    }
-}
-
-/// How long a lock keeps trying a failing database before it reports it unavailable.
-const UNAVAILABLE_GRACE: Duration = Duration::from_secs(1);
-
-/// A held lock. It is renewed in the background until [`LockGuard::release`] or drop;
-/// dropping it releases the lock from a background task (if the runtime is still running;
-/// otherwise the lease lapses after its ttl).
-#[derive(Debug)]
-pub struct LockGuard {
-    name: String,
-    holder: String,
-    term: i64,
-    /// When the claim's answer came (after the database took it).
-    taken_at: Instant,
-    /// Set by [`LockGuard::release_holding`]: the release becomes a hold until then.
-    hold_until: Arc<Mutex<Option<Instant>>>,
-    status: watch::Receiver<Status>,
-    renew: RenewHandle,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Option<Result<bool, StoreError>>>>,
-}
-
-impl LockGuard {
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    pub fn holder(&self) -> &str {
-        &self.holder
-    }
-
-    /// The fencing token: higher for every later holder of this lock. Pass it along with
-    /// writes the lock protects, and have them refuse tokens lower than the last seen.
-    pub fn term(&self) -> i64 {
-        self.term
-    }
-
-    /// Until when this process may act on the lock (monotonic clock), while it holds it.
-    pub fn deadline(&self) -> Option<Instant> {
-        held_until(&self.status.borrow(), self.term).filter(|&deadline| deadline > Instant::now())
-    }
-
-    /// Whether the lock is still held: the last renewal succeeded and its deadline has
-    /// not passed.
-    pub fn is_held(&self) -> bool {
-        self.deadline().is_some()
-    }
-
-    /// Completes when the lock is lost: its deadline passed without a renewal, or the
-    /// database refused one. Cancel-safe; may be awaited many times.
-    pub async fn lost(&self) {
-        let mut status = self.status.clone();
-        loop {
-            let Some(deadline) = held_until(&status.borrow_and_update(), self.term) else {
-                return;
-            };
-            tokio::select! {
-                changed = status.changed() => if changed.is_err() { return },
-                _ = sleep_until(deadline) => return,
-            }
-        }
-    }
-
-    /// Renews the lease now and returns the new deadline. While the database fails this
-    /// keeps trying until the deadline; past it the lock is lost.
-    pub async fn extend(&self) -> Result<Instant, LockError> {
-        self.renew.renew().await.ok_or_else(|| LockError::Lost {
-            name: self.name.clone(),
-            term: self.term,
-        })
-    }
-
-    /// The election's status, for running work fenced to this lock's lease.
-    pub(crate) fn status(&self) -> watch::Receiver<Status> {
-        self.status.clone()
-    }
-
-    /// Stops renewing the lock and gives the row up if it still names this holder in this
-    /// term (also after the lock was lost, if nobody took it since): `Ok(true)`. `Ok(false)`:
-    /// another holder has it by now. An error means it could not be released; the lease
-    /// lapses by itself. Whether the lock was lost before is [`LockGuard::is_held`]'s to
-    /// say, before this call.
-    pub async fn release(mut self) -> Result<bool, LockError> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let released = match self.task.take() {
-            Some(task) => task.await.ok().flatten(),
-            None => None,
-        };
-        match released {
-            Some(Ok(released)) => Ok(released),
-            None => Ok(false),
-            Some(Err(source)) => Err(LockError::Unavailable {
-                name: self.name.clone(),
-                source,
-            }),
-        }
-    }
-}
-
-impl LockGuard {
-    /// [`LockGuard::release`], except that a lock taken less than `hold_for` ago stays
-    /// taken until `hold_for` after it was taken, renewed no more: the rest of the hold is
-    /// written into the row as the lease's end, in one statement guarded by this holder
-    /// and term, and the lease then lapses by the database clock (ShedLock's
-    /// `lockAtLeastFor`). Returns once that statement is answered, so the caller can stop
-    /// at once; nothing may act on the lock after this returns. The hold counts from the
-    /// claim's answer, which came after the database took the claim, so it never ends
-    /// before `hold_for` after the claim by the database clock (clock rates aside).
-    /// `Ok(true)`: held (or released, once `hold_for` has passed); `Ok(false)`: the lease
-    /// was no longer this holder's to keep.
-    pub async fn release_holding(self, hold_for: Duration) -> Result<bool, LockError> {
-        let until = self.taken_at.checked_add(hold_for);
-        *self.hold_until.lock().unwrap_or_else(|e| e.into_inner()) = until;
-        self.release().await
-    }
-
-    /// When the lock was taken (the claim's answer), on the monotonic clock.
-    pub fn taken_at(&self) -> Instant {
-        self.taken_at
-    }
-}
-
-/// The store a lock's election runs on: its release becomes a hold (see
-/// [`LockGuard::release_holding`]) once a hold is set and still ahead.
-struct HoldingStore<S> {
-    inner: S,
-    hold_until: Arc<Mutex<Option<Instant>>>,
-}
-
-impl<S: LeaseStore> LeaseStore for HoldingStore<S> {
-    async fn get(&mut self, name: &str) -> Result<Option<LeaseRow>, StoreError> {
-        self.inner.get(name).await
-    }
-
-    async fn ensure_row(&mut self, name: &str) -> Result<(), StoreError> {
-        self.inner.ensure_row(name).await
-    }
-
-    async fn claim(
-        &mut self,
-        name: &str,
-        holder: &str,
-        token: ProcessToken,
-        ttl: Duration,
-        expected_term: i64,
-    ) -> Result<bool, StoreError> {
-        self.inner
-            .claim(name, holder, token, ttl, expected_term)
-            .await
-    }
-
-    async fn reacquire(
-        &mut self,
-        name: &str,
-        holder: &str,
-        token: ProcessToken,
-        ttl: Duration,
-        term: i64,
-    ) -> Result<bool, StoreError> {
-        self.inner.reacquire(name, holder, token, ttl, term).await
-    }
-
-    async fn renew_seeing(
-        &mut self,
-        name: &str,
-        holder: &str,
-        ttl: Duration,
-        term: i64,
-        seen: Commands,
-    ) -> Result<bool, StoreError> {
-        self.inner.renew_seeing(name, holder, ttl, term, seen).await
-    }
-
-    async fn accept_handover(
-        &mut self,
-        name: &str,
-        node: &str,
-        term: i64,
-    ) -> Result<bool, StoreError> {
-        self.inner.accept_handover(name, node, term).await
-    }
-
-    async fn release(&mut self, name: &str, holder: &str, term: i64) -> Result<bool, StoreError> {
-        let until = *self.hold_until.lock().unwrap_or_else(|e| e.into_inner());
-        let left = until.map(|until| until.saturating_duration_since(Instant::now()));
-        match left {
-            Some(left) if !left.is_zero() => self.inner.hold(name, holder, term, left).await,
-            _ => self.inner.release(name, holder, term).await,
-        }
-    }
-
-    async fn hold(
-        &mut self,
-        name: &str,
-        holder: &str,
-        term: i64,
-        left: Duration,
-    ) -> Result<bool, StoreError> {
-        self.inner.hold(name, holder, term, left).await
-    }
-
-    fn release_notifications(&self, name: &str) -> Option<tokio::sync::mpsc::Receiver<()>> {
-        self.inner.release_notifications(name)
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        // The election task releases the row on its own once told to stop.
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
-}
-
-/// The local deadline while `status` says this node leads in `term`.
-fn held_until(status: &Status, term: i64) -> Option<Instant> {
-    match status.role {
-        Role::Leader if status.term == Some(term) => status.lease_deadline,
-        _ => None,
     }
 }
 

@@ -127,7 +127,7 @@ const FILES: &[(&str, &str)] = &[
     ),
     (
         "/usr/share/doc/leaderd/",
-        "The manual: README.md, configuration example, operations, hooks and locks, protocol.",
+        "The manual: README.md, configuration and example, operations, hooks and locks, protocol.",
     ),
 ];
 

@@ -5,14 +5,13 @@
 //! before `on_demoted` runs and the lease is given up.
 //!
 //! This file holds the task and its loop; `handle` is how the rest of leaderd drives it
-//! ([`Hooks`]), and `step_down` the step-down sequence.
+//! ([`Hooks`]), `step_down` the step-down sequence, `warm` the guard started ahead of a
+//! fenced hook, and `running` a run in progress.
 
 use std::collections::VecDeque;
-use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use super::config::{ElectedFailure, HookCommand, HooksConfig, Restart};
 use super::process::{Io, WarmGuard};
@@ -20,13 +19,11 @@ use super::run::{HookContext, RunOutcome, RunSpec, run};
 use crate::election::{ResignHandle, Role, RoleEvent, Status};
 
 mod handle;
+mod running;
 mod step_down;
+mod warm;
 pub use handle::{HookResign, Hooks};
-use step_down::StepDown;
-
-/// After a fenced hook took the guard started ahead, when the next one starts: not while
-/// that hook is starting, on a host with few cores.
-const WARM_GUARD_AFTER: Duration = Duration::from_millis(100);
+use running::{RunningHook, join_running};
 
 /// A queued event hook with the environment of its moment.
 struct EventJob {
@@ -37,6 +34,16 @@ struct EventJob {
     elected_term: Option<i64>,
     /// on_demoted of this term: waits until that term's leader work is gone.
     demoted_term: Option<i64>,
+}
+
+/// Why this side gives leadership up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StepDown {
+    /// The node is stopping: every hook is stopped, and nothing but on_demoted starts.
+    Shutdown,
+    /// The leader_command exited under step_down_on_exit: the election resigns once
+    /// leader work is stopped and on_demoted has run.
+    Resign,
 }
 
 /// The supervisor task's state: what runs now, what is queued, and where a step-down is.
@@ -83,36 +90,6 @@ struct Supervisor {
     closing_warm: Option<tokio::task::JoinHandle<()>>,
 }
 
-/// A hook run in progress.
-struct RunningHook {
-    handle: JoinHandle<RunOutcome>,
-    /// The term it is leader-scoped in (fenced to), if it is: kept with the handle so that
-    /// the two cannot disagree.
-    term: Option<i64>,
-}
-
-impl RunningHook {
-    /// Whether it is leader work of `term` or an earlier term.
-    fn leader_work_of(&self, term: i64) -> bool {
-        self.term.is_some_and(|t| t <= term)
-    }
-}
-
-/// Waits for the run in `slot` to end, empties the slot and gives back its outcome (`None`
-/// if the task failed) and its term; pending while the slot is empty. Cancel-safe: the
-/// handle stays in the slot until it has finished, so a `select!` that takes another
-/// branch loses nothing.
-async fn join_running(slot: &mut Option<RunningHook>) -> (Option<RunOutcome>, Option<i64>) {
-    match slot {
-        Some(running) => {
-            let outcome = (&mut running.handle).await.ok();
-            let term = slot.take().and_then(|running| running.term);
-            (outcome, term)
-        }
-        None => std::future::pending().await,
-    }
-}
-
 impl Supervisor {
     fn new(
         config: HooksConfig,
@@ -144,36 +121,6 @@ impl Supervisor {
             warm: None,
             warm_due: Some(Instant::now()),
             closing_warm: None,
-        }
-    }
-
-    /// Whether any hook configured now is fenced (and so can use a guard started ahead).
-    fn runs_fenced_hooks(&self) -> bool {
-        let c = &self.config;
-        !self.stopping
-            && (c.on_elected.is_some() || c.while_leader.is_some() || c.leader_command.is_some())
-    }
-
-    /// The guard started ahead, for a fenced hook starting now; the next one starts a
-    /// little later, not while this hook is starting.
-    fn take_warm_guard(&mut self) -> Option<WarmGuard> {
-        self.warm_due
-            .get_or_insert(Instant::now() + WARM_GUARD_AFTER);
-        self.warm.take()
-    }
-
-    fn start_warm_guard(&mut self) {
-        self.warm_due = None;
-        if self.warm.is_some() || !self.runs_fenced_hooks() {
-            return;
-        }
-        match WarmGuard::start(&self.context.containment) {
-            Ok(guard) => self.warm = Some(guard),
-            // Hooks start the usual way; try again later.
-            Err(error) => {
-                debug!(%error, "cannot start a guard ahead of time");
-                self.warm_due = Some(Instant::now() + self.context.interval);
-            }
         }
     }
 

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::election::safety_margin;
+use crate::store::StoreError;
 use crate::store::memory::{Faults, MemoryStore};
 
 const NAME: &str = "nightly-report";

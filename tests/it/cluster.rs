@@ -254,11 +254,17 @@ async fn a_paused_leader_does_not_lead_on_waking(backend: Backend) {
 
 // Handovers that do not wait for the poll: see `wakeup.rs`.
 
-backend_tests!(postgres = Backend::Postgres => three_nodes_elect_one_leader, sigterm_hands_over_with_a_higher_term, sigkill_fails_over_within_ttl_plus_interval, a_paused_leader_does_not_lead_on_waking, a_cut_off_leader_demotes_before_its_lease_lapses, skewed_clocks_do_not_steal_a_live_lease);
-backend_tests!(mysql = Backend::Mysql => three_nodes_elect_one_leader, sigterm_hands_over_with_a_higher_term, sigkill_fails_over_within_ttl_plus_interval, a_paused_leader_does_not_lead_on_waking, a_cut_off_leader_demotes_before_its_lease_lapses, skewed_clocks_do_not_steal_a_live_lease);
-// SQLite has no connection to cut (the unit tests cover a store that hangs), and its clock
-// is the host's, shared by all nodes.
-backend_tests!(sqlite = Backend::Sqlite => three_nodes_elect_one_leader, sigterm_hands_over_with_a_higher_term, sigkill_fails_over_within_ttl_plus_interval, a_paused_leader_does_not_lead_on_waking);
+every_backend!(
+    three_nodes_elect_one_leader,
+    sigterm_hands_over_with_a_higher_term,
+    sigkill_fails_over_within_ttl_plus_interval,
+    a_paused_leader_does_not_lead_on_waking;
+    // SQLite has no connection to cut (the unit tests cover a store that hangs), and its
+    // clock is the host's, shared by all nodes.
+    servers:
+    a_cut_off_leader_demotes_before_its_lease_lapses,
+    skewed_clocks_do_not_steal_a_live_lease,
+);
 
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 

@@ -462,6 +462,12 @@ async fn a_node_that_cannot_claim_is_never_handed_the_lease(backend: Backend) {
     sampler.check_terms();
 }
 
-backend_tests!(postgres = Backend::Postgres => resign_moves_leadership_and_the_old_leader_waits, handover_goes_to_the_named_node, a_handover_to_a_node_that_died_is_not_taken, pause_holds_until_resumed_or_over, watch_prints_a_line_per_change, priority_preempts_once_and_equal_never, a_node_that_cannot_claim_is_never_handed_the_lease);
-backend_tests!(mysql = Backend::Mysql => resign_moves_leadership_and_the_old_leader_waits, handover_goes_to_the_named_node, a_handover_to_a_node_that_died_is_not_taken, pause_holds_until_resumed_or_over, watch_prints_a_line_per_change, priority_preempts_once_and_equal_never, a_node_that_cannot_claim_is_never_handed_the_lease);
-backend_tests!(sqlite = Backend::Sqlite => resign_moves_leadership_and_the_old_leader_waits, handover_goes_to_the_named_node, a_handover_to_a_node_that_died_is_not_taken, pause_holds_until_resumed_or_over, watch_prints_a_line_per_change, priority_preempts_once_and_equal_never, a_node_that_cannot_claim_is_never_handed_the_lease);
+every_backend!(
+    resign_moves_leadership_and_the_old_leader_waits,
+    handover_goes_to_the_named_node,
+    a_handover_to_a_node_that_died_is_not_taken,
+    pause_holds_until_resumed_or_over,
+    watch_prints_a_line_per_change,
+    priority_preempts_once_and_equal_never,
+    a_node_that_cannot_claim_is_never_handed_the_lease,
+);

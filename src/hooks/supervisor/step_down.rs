@@ -12,18 +12,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::info;
 
-use super::{EventJob, Supervisor};
+use super::{EventJob, StepDown, Supervisor};
 use crate::election::Role;
-
-/// Why this side gives leadership up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum StepDown {
-    /// The node is stopping: every hook is stopped, and nothing but on_demoted starts.
-    Shutdown,
-    /// The leader_command exited under step_down_on_exit: the election resigns once
-    /// leader work is stopped and on_demoted has run.
-    Resign,
-}
 
 impl Supervisor {
     /// Runs started before a shutdown step-down are stopped by it; those started after

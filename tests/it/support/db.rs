@@ -19,6 +19,19 @@ macro_rules! backend_tests {
     };
 }
 
+/// Each test written once, run on every backend as `postgres::TEST`, `mysql::TEST` and
+/// `sqlite::TEST`. The tests after `servers:` need a database server (a connection to
+/// stall, a clock to skew) and run on PostgreSQL and MySQL/MariaDB only.
+macro_rules! every_backend {
+    ($($test:ident),* $(,)? $(; servers: $($server_test:ident),* $(,)?)?) => {
+        backend_tests!(postgres = Backend::Postgres =>
+            $($test,)* $($($server_test,)*)?);
+        backend_tests!(mysql = Backend::Mysql =>
+            $($test,)* $($($server_test,)*)?);
+        backend_tests!(sqlite = Backend::Sqlite => $($test,)*);
+    };
+}
+
 use super::unique;
 use diesel_async::{
     AsyncConnection, AsyncMysqlConnection, AsyncPgConnection, SimpleAsyncConnection,

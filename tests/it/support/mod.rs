@@ -2,8 +2,6 @@
 //! proxy that breaks connections on demand (`proxy`), nodes that run the real `leaderd`
 //! binary (`node`) and the sampler that watches their status files (`sampler`), recording
 //! hooks (`records`) and leader work that escapes its process group (`escape`).
-// Each user (the tests, the benchmark) uses a part of it.
-#![allow(dead_code, unused_imports)]
 
 #[macro_use]
 pub mod db;

@@ -1,8 +1,11 @@
-//! `leaderd lock` under cron: the flock(1)-compatible flags (`-w` in bare seconds, `-n`,
-//! `-E`, `-q`), `--hold-at-least`, which leaves the lock taken in its row after a short
-//! COMMAND so that a host whose cron fires late finds it taken and does not run the job
-//! again, and the lock's own row (`lock:NAME`).
+//! `leaderd lock NAME -- COMMAND`: COMMAND run under the lock NAME, with the same guard,
+//! fence and containment as a hook. Built for cron: the flock(1)-compatible flags (`-w`
+//! in bare seconds, `-n`, `-E`, `-q`), `--hold-at-least`, which leaves the lock taken in
+//! its row after a short COMMAND so that a host whose cron fires late finds it taken and
+//! does not run the job again, `--hold-at-most`, and the lock's own row (`lock:NAME`).
+//! `--metrics-file` is `metrics_file.rs`.
 
+use anyhow::Context;
 use nix::sys::signal::Signal;
 use std::future::Future;
 use std::time::Duration;
@@ -11,12 +14,191 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 use tracing::info;
 
-use super::EXIT_LOCK_HELD;
-use crate::lock::{LOCK_ROW_PREFIX, LockError, LockGuard};
+use super::exit::{EXIT_LOCK_HELD, EXIT_LOCK_LOST, EXIT_TIMED_OUT, EXIT_UNAVAILABLE, EXIT_USAGE};
+use crate::config::Config;
+use crate::daemon::store;
+use crate::election::settings::id_with_suffix;
+use crate::hooks::{self, HookContext};
+use crate::lock::{LOCK_ROW_PREFIX, LockError, LockGuard, LockOptions};
+use crate::signals;
+
+mod metrics_file;
+
+/// `leaderd lock`'s arguments.
+#[derive(Debug, clap::Args)]
+pub(super) struct LockArgs {
+    /// The lease length; it is renewed every third of it.
+    #[arg(long, default_value = "30s", value_parser = crate::duration::positive)]
+    ttl: Duration,
+    #[command(flatten)]
+    cron: LockCronFlags,
+    /// Log at the configured level (default: warnings and errors only).
+    #[arg(long, short)]
+    verbose: bool,
+    /// The lock's name; its row in the election table is `lock:NAME` (see
+    /// --election-row).
+    name: String,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+impl LockArgs {
+    /// The log level in place of the configured one: a cron job's mail should hold the
+    /// job's output, not leaderd's; with -q, nothing of leaderd's unless it failed.
+    pub(super) fn log_level(&self) -> Option<&'static str> {
+        match (self.verbose, self.cron.quiet) {
+            (true, _) => None,
+            (false, true) => Some("error"),
+            (false, false) => Some("warn"),
+        }
+    }
+}
+
+/// The whole `leaderd lock`, its outcome written to --metrics-file if asked: COMMAND's
+/// exit status, or leaderd's own.
+pub(super) async fn run(config: Config, args: LockArgs) -> anyhow::Result<u8> {
+    let metrics_file = args.cron.metrics_file.clone();
+    let conflict_exit_code = args.cron.conflict_exit_code;
+    let name = args.name.clone();
+    metrics_file::recorded(
+        metrics_file.as_deref(),
+        conflict_exit_code,
+        &name,
+        lock(config, args),
+    )
+    .await
+}
+
+async fn lock(config: Config, args: LockArgs) -> anyhow::Result<u8> {
+    let LockArgs {
+        ttl,
+        cron,
+        name,
+        command: argv,
+        ..
+    } = args;
+    let name = name.as_str();
+    // Before the lock is taken: a "cgroup" that cannot be had fails without holding it.
+    let containment = hooks::resolve_containment(config.hooks.containment)?;
+    // Installed first: a signal while waiting ends the wait, and later ones reach COMMAND.
+    let mut signals = signals::forwarded_signals().context("cannot install signal handlers")?;
+    // Unique per invocation: two `leaderd lock` on one host are two holders. A long node
+    // id gives way to the pid.
+    let holder = id_with_suffix(&config.node_id, &format!(":{}", std::process::id()));
+    if let Err(error) = cron.check() {
+        eprintln!("leaderd: {error}");
+        return Ok(EXIT_USAGE);
+    }
+    let row = cron.row(name);
+    let options = match LockOptions::new(&row, ttl).and_then(|o| o.holder(&holder)) {
+        Ok(options) => options,
+        Err(error) => {
+            eprintln!("leaderd: {error}");
+            return Ok(EXIT_USAGE);
+        }
+    };
+    let renew_every = options.renewal_interval();
+    let mut interrupted = None;
+    let interrupt = async {
+        interrupted = signals.recv().await;
+        if interrupted.is_none() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let acquired = options
+        .acquire_unless(store(&config, config.migrate), cron.wait(), interrupt)
+        .await;
+    let guard = match acquired.map_err(|error| named(error, name)) {
+        Ok(guard) => guard,
+        Err(LockError::Cancelled { .. }) => {
+            let signal = interrupted.expect("cancelled by a signal");
+            eprintln!("leaderd: {signal} while waiting for lock {name:?}; not running the command");
+            return Ok(128 + signal as u8);
+        }
+        Err(error @ LockError::Held { .. }) => {
+            if !cron.quiet {
+                eprintln!("leaderd: {error}");
+            }
+            return Ok(cron.conflict_exit_code);
+        }
+        Err(error) => {
+            eprintln!("leaderd: {error}");
+            return Ok(EXIT_UNAVAILABLE);
+        }
+    };
+    if let Some(signal) = interrupted {
+        // It came as the lock was taken: honour it rather than lose it.
+        let _ = guard.release().await;
+        eprintln!("leaderd: {signal} while taking lock {name:?}; not running the command");
+        return Ok(128 + signal as u8);
+    }
+    info!(
+        lock = name,
+        holder,
+        term = guard.term(),
+        "lock taken; running the command"
+    );
+    let env = vec![
+        ("LEADERD_LOCK".to_owned(), name.to_owned()),
+        ("LEADERD_TERM".to_owned(), guard.term().to_string()),
+        ("LEADERD_HOLDER".to_owned(), holder.clone()),
+    ];
+    let context = HookContext {
+        election: name.to_owned(),
+        node_id: holder.clone(),
+        interval: renew_every,
+        ttl,
+        metrics: None,
+        containment,
+    };
+    let term = guard.term();
+    let program = argv[0].clone();
+    let mut signals = Signals::new(signals);
+    let (stop, stop_by) = tokio::sync::watch::channel(None);
+    let run = signals.forward_while(|forward| {
+        hooks::run_leased(argv, env, context, term, guard.status(), forward, stop_by)
+    });
+    let (ran, timed_out) = limit(run, &cron, guard.taken_at(), stop).await;
+    let still_held = guard.is_held();
+    if timed_out && still_held {
+        release(guard, name, Duration::ZERO).await;
+        return Ok(EXIT_TIMED_OUT);
+    }
+    let hold = match (cron.hold_at_least, ran.status, ran.fenced) {
+        (Some(hold), Some(_), false) => hold,
+        _ => Duration::ZERO,
+    };
+    release(guard, name, hold).await;
+    use std::os::unix::process::ExitStatusExt;
+    match ran.status {
+        None if !still_held => {
+            eprintln!(
+                "leaderd: lost lock {name:?} (term {term}) before the command could start: \
+                 the database did not take a renewal in time"
+            );
+            Ok(EXIT_LOCK_LOST)
+        }
+        _ if ran.fenced => {
+            eprintln!(
+                "leaderd: lost lock {name:?} (term {term}): the database did not take a renewal \
+                 in time, so the command was stopped before the lease could lapse and another \
+                 holder could start"
+            );
+            Ok(EXIT_LOCK_LOST)
+        }
+        Some(status) => Ok(match (status.code(), status.signal()) {
+            (Some(code), _) => code as u8,
+            (None, Some(signal)) => 128 + signal as u8,
+            _ => 1,
+        }),
+        None => anyhow::bail!("could not start {program:?} (the reason is logged above)"),
+    }
+}
 
 /// The flags `leaderd lock` shares with flock(1), and the hold.
 #[derive(Debug, Clone, clap::Args)]
-pub(super) struct LockCronFlags {
+struct LockCronFlags {
     /// Wait up to this long for the lock instead of failing at once: seconds as flock(1)
     /// takes them ("10", "0.5") or a duration ("10s", "1m 30s").
     #[arg(long, short = 'w', value_name = "SECONDS|DURATION", value_parser = parse_wait)]
@@ -27,22 +209,22 @@ pub(super) struct LockCronFlags {
     /// The exit status when the lock is held elsewhere (default 75), so that it cannot be
     /// mistaken for one of COMMAND's own.
     #[arg(long, short = 'E', value_name = "N", default_value_t = EXIT_LOCK_HELD)]
-    pub(super) conflict_exit_code: u8,
+    conflict_exit_code: u8,
     /// Print nothing when the lock is held elsewhere (no cron mail for the hosts that
     /// did not run the job), and nothing of leaderd's own unless it failed.
     #[arg(long, short = 'q')]
-    pub(super) quiet: bool,
+    quiet: bool,
     /// Keep the lock taken until at least this long after it was taken, even if COMMAND
     /// finished sooner: the end is written into the lock's row and leaderd exits at once
     /// with COMMAND's status; the row lapses then by the database clock. A cron that
     /// fires late on another host finds it held.
     #[arg(long, value_name = "DURATION", value_parser = parse_hold)]
-    pub(super) hold_at_least: Option<Duration>,
+    hold_at_least: Option<Duration>,
     /// The longest COMMAND may run (ShedLock's lockAtMostFor): at this long after the lock
     /// was taken it gets SIGTERM, then SIGKILL after --stop-timeout, and leaderd exits
     /// 124 and releases the lock.
     #[arg(long, value_name = "DURATION", value_parser = crate::duration::positive)]
-    pub(super) hold_at_most: Option<Duration>,
+    hold_at_most: Option<Duration>,
     /// With --hold-at-most: the time COMMAND gets between SIGTERM and SIGKILL.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_hold)]
     stop_timeout: Duration,
@@ -59,7 +241,7 @@ pub(super) struct LockCronFlags {
 
 impl LockCronFlags {
     /// How long to wait for the lock (zero: not at all).
-    pub(super) fn wait(&self) -> Duration {
+    fn wait(&self) -> Duration {
         match self.nonblock {
             true => Duration::ZERO,
             false => self.wait.unwrap_or_default(),
@@ -68,7 +250,7 @@ impl LockCronFlags {
 
     /// The holds make sense together: a minimum no longer than the maximum (as ShedLock
     /// requires), and a maximum above zero.
-    pub(super) fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), String> {
         match (self.hold_at_least, self.hold_at_most) {
             (_, Some(most)) if most.is_zero() => {
                 Err("--hold-at-most 0: must be above zero".to_owned())
@@ -85,7 +267,7 @@ impl LockCronFlags {
     /// The row the lock NAME takes: its own, `lock:NAME`, apart from every election's
     /// (an election's name cannot start with `lock:`), or with --election-row the
     /// election's row NAME.
-    pub(super) fn row(&self, name: &str) -> String {
+    fn row(&self, name: &str) -> String {
         match self.election_row {
             true => name.to_owned(),
             false => format!("{LOCK_ROW_PREFIX}{name}"),
@@ -95,7 +277,7 @@ impl LockCronFlags {
 
 /// Awaits `run` (COMMAND), stopping it through `stop` at --hold-at-most after the lock
 /// was taken: SIGTERM then, SIGKILL --stop-timeout later. Whether it was stopped so.
-pub(super) async fn limit<T>(
+async fn limit<T>(
     run: impl Future<Output = T>,
     flags: &LockCronFlags,
     taken_at: Instant,
@@ -121,7 +303,7 @@ pub(super) async fn limit<T>(
 }
 
 /// A lock's errors name it as its user did, not by its row.
-pub(super) fn named(error: LockError, name: &str) -> LockError {
+fn named(error: LockError, name: &str) -> LockError {
     match error {
         LockError::Held {
             holder,
@@ -166,13 +348,13 @@ fn parse_hold(text: &str) -> Result<Duration, String> {
 }
 
 /// The signals `leaderd lock` receives: passed on to COMMAND while it runs.
-pub(super) struct Signals {
+struct Signals {
     received: mpsc::UnboundedReceiver<Signal>,
     open: bool,
 }
 
 impl Signals {
-    pub(super) fn new(received: mpsc::UnboundedReceiver<Signal>) -> Self {
+    fn new(received: mpsc::UnboundedReceiver<Signal>) -> Self {
         Signals {
             received,
             open: true,
@@ -191,7 +373,7 @@ impl Signals {
     }
 
     /// Runs `run` (COMMAND) with every signal that arrives meanwhile passed on to it.
-    pub(super) async fn forward_while<F: Future>(
+    async fn forward_while<F: Future>(
         &mut self,
         run: impl FnOnce(mpsc::UnboundedReceiver<Signal>) -> F,
     ) -> F::Output {
@@ -212,7 +394,7 @@ impl Signals {
 /// Releases the lock once COMMAND is done, or with `hold` (--hold-at-least) keeps it
 /// taken until `hold` after it was taken: the end is written into the row, and leaderd
 /// exits at once while the lease lapses by the database clock.
-pub(super) async fn release(guard: LockGuard, name: &str, hold: Duration) {
+async fn release(guard: LockGuard, name: &str, hold: Duration) {
     let left = (guard.taken_at() + hold).saturating_duration_since(Instant::now());
     let term = guard.term();
     match guard.release_holding(hold).await {
@@ -235,146 +417,6 @@ pub(super) async fn release(guard: LockGuard, name: &str, hold: Duration) {
 
 fn round_to_ms(duration: Duration) -> Duration {
     Duration::from_millis(duration.as_millis() as u64)
-}
-
-/// What became of one `leaderd lock` run, by its exit status, for --metrics-file.
-fn outcome(flags: &LockCronFlags, code: Option<u8>) -> &'static str {
-    match code {
-        None => "failed",
-        Some(code) if code == flags.conflict_exit_code => "held",
-        Some(super::EXIT_LOCK_LOST) => "lost",
-        Some(super::EXIT_TIMED_OUT) => "timed_out",
-        Some(super::EXIT_UNAVAILABLE) => "unavailable",
-        Some(super::EXIT_USAGE) => "usage",
-        Some(_) => "ran",
-    }
-}
-
-const OUTCOMES: [&str; 7] = [
-    "ran",
-    "held",
-    "lost",
-    "timed_out",
-    "unavailable",
-    "usage",
-    "failed",
-];
-
-/// Runs `lock` (the whole `leaderd lock`), then writes its outcome to --metrics-file.
-pub(super) async fn recorded(
-    flags: &LockCronFlags,
-    name: &str,
-    lock: impl Future<Output = anyhow::Result<u8>>,
-) -> anyhow::Result<u8> {
-    let started = std::time::SystemTime::now();
-    let result = lock.await;
-    if let Some(path) = &flags.metrics_file {
-        let code = result.as_ref().ok().copied();
-        let text = metrics_text(name, started, code, outcome(flags, code), path);
-        if let Err(error) = write_atomically(path, &text) {
-            eprintln!(
-                "leaderd: cannot write --metrics-file {}: {error}",
-                path.display()
-            );
-        }
-    }
-    result
-}
-
-fn unix_seconds(time: std::time::SystemTime) -> f64 {
-    time.duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs_f64()
-}
-
-/// The last success this host recorded before, kept across runs that did not run.
-fn previous_success(path: &std::path::Path, name: &str) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let prefix = format!(
-        "leaderd_lock_last_success_timestamp_seconds{{lock=\"{}\"}} ",
-        escape(name)
-    );
-    text.lines()
-        .find_map(|line| line.strip_prefix(&prefix).map(str::to_owned))
-}
-
-/// A label value: backslash, quote and newline escaped.
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-fn metrics_text(
-    name: &str,
-    started: std::time::SystemTime,
-    code: Option<u8>,
-    outcome: &str,
-    path: &std::path::Path,
-) -> String {
-    let lock = escape(name);
-    let ended = std::time::SystemTime::now();
-    let took = ended.duration_since(started).unwrap_or_default();
-    let success = match (outcome, code) {
-        ("ran", Some(0)) => Some(format!("{:.3}", unix_seconds(ended))),
-        _ => previous_success(path, name),
-    };
-    let mut text = String::new();
-    let mut gauge = |metric: &str, help: &str, samples: Vec<(String, String)>| {
-        text.push_str(&format!("# HELP {metric} {help}\n# TYPE {metric} gauge\n"));
-        for (labels, value) in samples {
-            text.push_str(&format!("{metric}{{lock=\"{lock}\"{labels}}} {value}\n"));
-        }
-    };
-    gauge(
-        "leaderd_lock_last_run_timestamp_seconds",
-        "When the last leaderd lock run on this host started (Unix time).",
-        vec![(String::new(), format!("{:.3}", unix_seconds(started)))],
-    );
-    gauge(
-        "leaderd_lock_last_run_duration_seconds",
-        "How long the last leaderd lock run on this host took, waiting included.",
-        vec![(String::new(), format!("{:.3}", took.as_secs_f64()))],
-    );
-    gauge(
-        "leaderd_lock_last_exit_status",
-        "The exit status of the last leaderd lock run on this host (-1: it failed).",
-        vec![(
-            String::new(),
-            code.map_or("-1".to_owned(), |c| c.to_string()),
-        )],
-    );
-    gauge(
-        "leaderd_lock_last_outcome",
-        "1 for what became of the last leaderd lock run on this host: ran (COMMAND ran, \
-         its status in leaderd_lock_last_exit_status), held (by another holder), lost, \
-         timed_out (--hold-at-most), unavailable (database), usage, failed.",
-        OUTCOMES
-            .iter()
-            .map(|o| {
-                (
-                    format!(",outcome=\"{o}\""),
-                    if *o == outcome { "1" } else { "0" }.to_owned(),
-                )
-            })
-            .collect(),
-    );
-    if let Some(success) = success {
-        gauge(
-            "leaderd_lock_last_success_timestamp_seconds",
-            "When COMMAND last ended with status 0 under this lock on this host (Unix time).",
-            vec![(String::new(), success)],
-        );
-    }
-    text
-}
-
-fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    let mut temporary = path.as_os_str().to_owned();
-    temporary.push(format!(".{}.tmp", std::process::id()));
-    std::fs::write(&temporary, text)?;
-    std::fs::rename(&temporary, path)
 }
 
 #[cfg(test)]

@@ -1,0 +1,170 @@
+//! `leaderd status`: who leads, as the database sees it, with every member; and
+//! `status --local`, this node's own view from its status file, as an exit status.
+
+use anyhow::Context;
+use serde::Serialize;
+use std::process::ExitCode;
+
+use super::exit::{EXIT_FOLLOWER, EXIT_STATUS_UNKNOWN};
+use crate::config::Config;
+use crate::daemon::store;
+use crate::election::Role;
+use crate::operator::{self, MemberReport};
+use crate::status_file::StatusDocument;
+use crate::store::{ControlStore, LeaseStore};
+
+#[derive(Debug, Serialize)]
+struct ElectionReport<'a> {
+    election: &'a str,
+    leader: Option<&'a str>,
+    term: Option<i64>,
+    /// The holder (live or not) of the row; differs from `leader` once its lease lapsed.
+    holder: Option<&'a str>,
+    lease_ms: Option<u64>,
+    age_ms: Option<u64>,
+    remaining_ms: Option<u64>,
+    /// `leaderd pause`: how long the pause lasts yet (`null`: not paused).
+    paused: bool,
+    paused_ms: Option<u64>,
+    /// A handover in its window: only this node may claim.
+    handover_to: Option<&'a str>,
+    /// Every member of the election (`null` if the table cannot be read).
+    members: Option<Vec<MemberReport>>,
+}
+
+pub(super) async fn status(config: Config, json: bool) -> anyhow::Result<()> {
+    // Reads only, so that a role that may only SELECT can ask.
+    let mut store = store(&config, false).read_only();
+    let row = store
+        .get(&config.election)
+        .await
+        .with_context(|| format!("cannot read election {:?}", config.election))?;
+    let ms = |d: std::time::Duration| d.as_millis() as u64;
+    let report = ElectionReport {
+        election: &config.election,
+        leader: row.as_ref().and_then(|r| r.live_holder()),
+        term: row.as_ref().map(|r| r.term),
+        holder: row.as_ref().and_then(|r| r.holder.as_deref()),
+        lease_ms: row.as_ref().map(|r| ms(r.lease)),
+        age_ms: row.as_ref().map(|r| ms(r.age)),
+        remaining_ms: row.as_ref().map(|r| ms(r.remaining())),
+        paused: row.as_ref().is_some_and(|r| r.paused()),
+        paused_ms: row.as_ref().and_then(|r| r.pending.paused_for).map(ms),
+        handover_to: row.as_ref().and_then(|r| r.pending.handover_to.as_deref()),
+        members: None,
+    };
+    let leader = report.leader;
+    let members = match store.members(&config.election).await {
+        Ok(members) => Some(operator::member_reports(&members, leader)),
+        Err(error) => {
+            tracing::warn!(%error, "cannot read the members");
+            None
+        }
+    };
+    let report = ElectionReport { members, ..report };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!("election:  {}", report.election);
+    println!("leader:    {}", report.leader.unwrap_or("none"));
+    match &row {
+        None => println!("term:      none (no node has joined yet)"),
+        Some(row) => {
+            println!("term:      {}", row.term);
+            println!(
+                "lease:     renewed {} ago, {} left of {}{}",
+                humantime::format_duration(row.age),
+                humantime::format_duration(row.remaining()),
+                humantime::format_duration(row.lease),
+                match (&row.holder, row.live_holder()) {
+                    (None, _) => " (released)".to_owned(),
+                    (Some(holder), None) => format!(" (lapsed; last held by {holder})"),
+                    _ => String::new(),
+                }
+            );
+            if let Some(left) = row.pending.paused_for {
+                println!(
+                    "paused:    for {} more (leaderd resume ends it)",
+                    humantime::format_duration(std::time::Duration::from_secs(left.as_secs()))
+                );
+            }
+            if let Some(to) = &row.pending.handover_to {
+                println!("handover:  to {to}");
+            }
+        }
+    }
+    if let Some(members) = &report.members {
+        println!("members:");
+        for m in members {
+            println!(
+                "  {:<20} {:<9} priority {:<4} {} on {}, seen {:.1}s ago{}",
+                m.node_id,
+                m.role,
+                m.priority,
+                m.version,
+                if m.host.is_empty() { "?" } else { &m.host },
+                m.seen_ms as f64 / 1000.0,
+                match m.preempt_hold_ms {
+                    Some(ms) => format!(", no preemption for {:.0}s", ms as f64 / 1000.0),
+                    None => String::new(),
+                }
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `status --local`: the exit status says what this node's status file says, as long as
+/// the file is still valid (`valid_until` ahead: a frozen or dead daemon's file goes stale).
+pub(super) fn local_status(config: &Config, json: bool) -> ExitCode {
+    let path = &config.status_path;
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) => {
+            eprintln!(
+                "leaderd: cannot read status file {}: {error}",
+                path.display()
+            );
+            return ExitCode::from(EXIT_STATUS_UNKNOWN);
+        }
+    };
+    let document: StatusDocument = match serde_json::from_str(&text) {
+        Ok(document) => document,
+        Err(error) => {
+            eprintln!(
+                "leaderd: status file {} is not a leaderd status document: {error}",
+                path.display()
+            );
+            return ExitCode::from(EXIT_STATUS_UNKNOWN);
+        }
+    };
+    let valid_until = humantime::parse_rfc3339(&document.valid_until).ok();
+    let fresh = valid_until.is_some_and(|until| until > std::time::SystemTime::now());
+    let role = document.role;
+    if json {
+        print!("{text}");
+    } else {
+        let role = role.as_str();
+        let leader = document.leader.as_deref().unwrap_or("none");
+        // As the document has it: `null` while no term is known.
+        let term = document
+            .term
+            .map_or("null".to_owned(), |term| term.to_string());
+        let stale = if fresh {
+            ""
+        } else {
+            " (stale: valid_until has passed)"
+        };
+        let observer = if document.candidate { "" } else { ", observer" };
+        let health = document.health.map_or(String::new(), |health| {
+            format!(", health check {health:?}").to_lowercase()
+        });
+        println!("{role} (leader {leader}, term {term}{observer}{health}){stale}");
+    }
+    match role {
+        Role::Leader if fresh => ExitCode::SUCCESS,
+        Role::Follower if fresh => ExitCode::from(EXIT_FOLLOWER),
+        _ => ExitCode::from(EXIT_STATUS_UNKNOWN),
+    }
+}

@@ -1,0 +1,436 @@
+//! `leaderd resign` and `handover`: read the leader, check that a node could take over,
+//! ask, hold preemption off the node moved away from, and wait for the new leader.
+
+use std::process::ExitCode;
+use std::time::Duration;
+use tokio::time::Instant;
+
+use super::{
+    EXIT_BAD_TARGET, EXIT_NO_CANDIDATE, EXIT_NO_LEADER, EXIT_NOT_TAKEN_OVER, EXIT_PAUSED,
+    OperatorError, commands_store, write_failed,
+};
+use crate::config::Config;
+use crate::store::{ControlStore, Member, MemberStanding, StepDownRequest};
+
+/// `leaderd resign` and `handover`: what to ask, and how to wait.
+#[derive(Debug, Clone)]
+pub struct StepDownCommand {
+    /// `handover --to`: the node to hand over to (`None`: resign).
+    pub to: Option<String>,
+    /// How long to wait for a new leader.
+    pub wait: Duration,
+    /// How long preemption may not take the lead back to the node it moved away from.
+    pub hold: Duration,
+    /// Skip the checks that a node could take over, and (handover) the target's answer.
+    pub force: bool,
+    /// How often the row is read while waiting.
+    pub poll: Duration,
+}
+
+/// What a `resign` or `handover` came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepDownOutcome {
+    /// No live leader to step down.
+    NoLeader,
+    /// Paused: nobody could take over.
+    Paused,
+    /// `handover --to` the node that leads already (a success).
+    AlreadyLeads { node: String, term: i64 },
+    /// The named node cannot take over.
+    BadTarget { to: String, why: String },
+    /// `resign`: no other live, healthy candidate could take over.
+    NoCandidate { leader: String },
+    /// The named node did not accept the handover within its window (it is not running,
+    /// cannot lead, or runs a release without handover offers).
+    NotAnswered { to: String, waited: Duration },
+    /// The term ended before the request was written.
+    Ended { leader: String, term: i64 },
+    /// `--term N`: the live term is another one; nothing was asked.
+    OtherTerm {
+        named: i64,
+        leader: String,
+        term: i64,
+    },
+    /// The leader is already asked to step down (a resign, a handover or a preemption is
+    /// under way); nothing was changed.
+    SteppingDown { leader: String, term: i64 },
+    /// The new leader, as asked.
+    TookOver {
+        new: String,
+        term: i64,
+        after: Duration,
+    },
+    /// Another node than the one named took over.
+    OtherTookOver {
+        new: String,
+        term: i64,
+        wanted: String,
+    },
+    /// Nobody else took over: the old leader leads again.
+    LedAgain { leader: String, term: i64 },
+    /// No node took over within the wait.
+    NobodyTookOver { waited: Duration },
+}
+
+impl StepDownOutcome {
+    pub fn exit_status(&self) -> u8 {
+        match self {
+            StepDownOutcome::AlreadyLeads { .. } | StepDownOutcome::TookOver { .. } => 0,
+            StepDownOutcome::BadTarget { .. } | StepDownOutcome::NotAnswered { .. } => {
+                EXIT_BAD_TARGET
+            }
+            StepDownOutcome::NoLeader
+            | StepDownOutcome::Ended { .. }
+            | StepDownOutcome::OtherTerm { .. }
+            | StepDownOutcome::SteppingDown { .. } => EXIT_NO_LEADER,
+            StepDownOutcome::OtherTookOver { .. }
+            | StepDownOutcome::LedAgain { .. }
+            | StepDownOutcome::NobodyTookOver { .. } => EXIT_NOT_TAKEN_OVER,
+            StepDownOutcome::Paused => EXIT_PAUSED,
+            StepDownOutcome::NoCandidate { .. } => EXIT_NO_CANDIDATE,
+        }
+    }
+
+    /// What to tell the operator, on stderr (the new leader goes to stdout).
+    pub fn message(&self, election: &str) -> String {
+        match self {
+            StepDownOutcome::NoLeader => {
+                format!("election {election:?} has no leader now; nothing to step down")
+            }
+            StepDownOutcome::Paused => format!(
+                "election {election:?} is paused, so no node could take over; run `leaderd \
+                 resume` first"
+            ),
+            StepDownOutcome::AlreadyLeads { node, term } => {
+                format!("{node:?} already leads election {election:?} (term {term})")
+            }
+            StepDownOutcome::BadTarget { to, why } => format!(
+                "cannot hand election {election:?} over to {to:?}: {why} (`--force` hands \
+                 over regardless)"
+            ),
+            StepDownOutcome::NoCandidate { leader } => format!(
+                "no other live, healthy candidate could take election {election:?} over from \
+                 {leader:?} (see `leaderd status`); `--force` resigns regardless, and {leader:?} \
+                 leads again after one ttl if nobody takes over"
+            ),
+            StepDownOutcome::NotAnswered { to, waited } => format!(
+                "{to:?} did not take the handover within {}: it is not running, cannot lead, \
+                 or runs a release without handover offers; nothing changed (`--force` hands \
+                 over without its answer)",
+                humantime::format_duration(*waited)
+            ),
+            StepDownOutcome::Ended { leader, term } => format!(
+                "the term {term} of {leader:?} ended before the request was written; see \
+                 `leaderd status`"
+            ),
+            StepDownOutcome::OtherTerm {
+                named,
+                leader,
+                term,
+            } => format!(
+                "term {named} is not the live term of election {election:?} ({leader:?} leads \
+                 term {term}); nothing was asked"
+            ),
+            StepDownOutcome::SteppingDown { leader, term } => format!(
+                "{leader:?} is already stepping down from term {term}, or its lead is offered \
+                 to a node (a resign, a handover or a preemption is under way); nothing was \
+                 changed: see `leaderd status`"
+            ),
+            StepDownOutcome::TookOver { new, term, after } => format!(
+                "{new:?} leads (term {term}), {} ms after the request",
+                after.as_millis()
+            ),
+            StepDownOutcome::OtherTookOver { new, term, wanted } => {
+                format!("{new:?} took over (term {term}), not {wanted:?}")
+            }
+            StepDownOutcome::LedAgain { leader, term } => {
+                format!("nobody else took over; {leader:?} leads again (term {term})")
+            }
+            StepDownOutcome::NobodyTookOver { waited } => format!(
+                "no node took over within {}",
+                humantime::format_duration(*waited)
+            ),
+        }
+    }
+}
+
+/// `leaderd resign` (`to: None`) and `leaderd handover --to NODE`, on the CLI; with
+/// `term` (`--term N`), only if N is the live term.
+pub async fn step_down(
+    config: &Config,
+    command: StepDownCommand,
+    term: Option<i64>,
+) -> Result<ExitCode, OperatorError> {
+    let election = config.election.as_str();
+    let mut store = commands_store(config);
+    let outcome = step_down_in_term(&mut store, election, &command, term, |said| {
+        eprintln!("leaderd: {said}")
+    })
+    .await?;
+    if let StepDownOutcome::TookOver { new, .. } | StepDownOutcome::AlreadyLeads { node: new, .. } =
+        &outcome
+    {
+        println!("{new}");
+    }
+    eprintln!("leaderd: {}", outcome.message(election));
+    Ok(ExitCode::from(outcome.exit_status()))
+}
+
+/// The steps of `resign` and `handover`, on any store (the simulator runs them too):
+/// read the leader; check that a node could take over; ask (a handover is offered to its
+/// target first, and asked of the leader once the target accepts, which proves it runs
+/// and could lead), having held preemption back to the old leader off; wait for the new
+/// leader.
+/// `progress` hears what was asked, as it happens.
+// The simulator (test builds) runs it.
+#[cfg_attr(not(test), allow(dead_code))]
+pub async fn step_down_with<S: ControlStore>(
+    store: &mut S,
+    election: &str,
+    command: &StepDownCommand,
+    progress: impl FnMut(String),
+) -> Result<StepDownOutcome, OperatorError> {
+    step_down_in_term(store, election, command, None, progress).await
+}
+
+/// [`step_down_with`], asking only the leader of term `named` (if given): a command
+/// repeated after its answer was lost then never asks the next leader too.
+async fn step_down_in_term<S: ControlStore>(
+    store: &mut S,
+    election: &str,
+    command: &StepDownCommand,
+    named: Option<i64>,
+    mut progress: impl FnMut(String),
+) -> Result<StepDownOutcome, OperatorError> {
+    let read_error = |source| OperatorError::Read {
+        election: election.to_owned(),
+        source,
+    };
+    let row = store.get(election).await.map_err(read_error)?;
+    let Some((row, leader)) = row.and_then(|r| {
+        let leader = r.live_holder()?.to_owned();
+        Some((r, leader))
+    }) else {
+        return Ok(StepDownOutcome::NoLeader);
+    };
+    let term = row.term;
+    if let Some(named) = named.filter(|named| *named != term) {
+        return Ok(StepDownOutcome::OtherTerm {
+            named,
+            leader,
+            term,
+        });
+    }
+    let write_error = |source| {
+        let retry = || match &command.to {
+            Some(to) => format!(
+                "`leaderd handover --to {to} --term {term}` repeats it harmlessly (it asks \
+                 nothing once term {term} has ended or is handing over)"
+            ),
+            None => format!(
+                "`leaderd resign --term {term}` repeats it harmlessly (it asks nothing once \
+                 term {term} has ended or is stepping down)"
+            ),
+        };
+        write_failed(election, retry, source)
+    };
+    if let Some(to) = &command.to {
+        if *to == leader {
+            return Ok(StepDownOutcome::AlreadyLeads { node: leader, term });
+        }
+    }
+    if row.paused() {
+        return Ok(StepDownOutcome::Paused);
+    }
+    if row.pending.resign_term == Some(term) || row.pending.handover_to.is_some() {
+        return Ok(StepDownOutcome::SteppingDown { leader, term });
+    }
+    let members = store.members(election).await.map_err(read_error)?;
+    if !command.force {
+        match &command.to {
+            Some(to) => {
+                if let Err(why) = check_target(&members, to) {
+                    let to = to.clone();
+                    return Ok(StepDownOutcome::BadTarget { to, why });
+                }
+            }
+            None => {
+                if !members.iter().any(|m| m.node_id != leader && m.may_lead()) {
+                    return Ok(StepDownOutcome::NoCandidate { leader });
+                }
+            }
+        }
+    }
+    let request = match (&command.to, command.force) {
+        (None, _) => StepDownRequest::Resign,
+        (Some(to), false) => StepDownRequest::Offer { to },
+        (Some(to), true) => StepDownRequest::Handover { to },
+    };
+    // A manual move holds: preemption does not take the lead back to the old leader for
+    // `--hold`. Written before the request: a preemption that sees the new leader must
+    // already find it. The other nodes are held once the target accepted (below).
+    hold_off(store, election, &leader, command.hold, &mut progress).await;
+    let asked = store
+        .request_step_down(election, &leader, term, request)
+        .await
+        .map_err(write_error)?;
+    if !asked {
+        let now = store.get(election).await.map_err(read_error)?;
+        let stepping_down = now.as_ref().is_some_and(|r| {
+            r.term == term
+                && r.live_holder().is_some()
+                && (r.pending.resign_term == Some(term) || r.pending.handover_to.is_some())
+        });
+        return Ok(match stepping_down {
+            true => StepDownOutcome::SteppingDown { leader, term },
+            false => StepDownOutcome::Ended { leader, term },
+        });
+    }
+    let asked_at = Instant::now();
+    if let StepDownRequest::Offer { to } = request {
+        progress(format!(
+            "offered {to:?} the lead of {leader:?} (term {term}); waiting for it to accept"
+        ));
+        // The offer lasts two lease lengths; the target sees it at its next read.
+        let window = row.lease * 2 + command.poll;
+        loop {
+            tokio::time::sleep(command.poll).await;
+            // A failing read is retried until the offer's window ends.
+            let Ok(now) = store.get(election).await else {
+                if asked_at.elapsed() > window {
+                    let waited = asked_at.elapsed();
+                    return Ok(StepDownOutcome::NotAnswered {
+                        to: to.into(),
+                        waited,
+                    });
+                }
+                continue;
+            };
+            let Some(now) = now else { continue };
+            if now.term != term {
+                // The target took over already (it accepted, and the leader stepped down,
+                // between two reads), or the term ended without the leader being asked
+                // (it died, say).
+                let Some(new) = now.live_holder().filter(|new| *new == to) else {
+                    return Ok(StepDownOutcome::Ended { leader, term });
+                };
+                let new = new.to_owned();
+                return Ok(StepDownOutcome::TookOver {
+                    new,
+                    term: now.term,
+                    after: asked_at.elapsed(),
+                });
+            }
+            let offered = now.pending.handover_to.as_deref() == Some(to);
+            if offered && now.pending.resign_term == Some(term) {
+                // Accepted: nor does preemption take the lead away from the target.
+                for node in members.iter().map(|m| m.node_id.as_str()) {
+                    if node != to && node != leader {
+                        hold_off(store, election, node, command.hold, &mut progress).await;
+                    }
+                }
+                break;
+            }
+            if !offered || asked_at.elapsed() > window {
+                let waited = asked_at.elapsed();
+                return Ok(StepDownOutcome::NotAnswered {
+                    to: to.into(),
+                    waited,
+                });
+            }
+        }
+        progress(format!("{to:?} accepted; {leader:?} steps down"));
+    } else {
+        match &command.to {
+            Some(to) => progress(format!(
+                "asked {leader:?} (term {term}) to hand over to {to:?}"
+            )),
+            None => progress(format!("asked {leader:?} (term {term}) to step down")),
+        }
+    }
+    let give_up = asked_at + command.wait;
+    loop {
+        // A failing read is retried until the wait ends: the handover goes on regardless.
+        if let Ok(Some(now)) = store.get(election).await {
+            if let Some(new) = now.live_holder().filter(|_| now.term > term) {
+                let new = new.to_owned();
+                return Ok(match &command.to {
+                    Some(to) if new != *to => StepDownOutcome::OtherTookOver {
+                        new,
+                        term: now.term,
+                        wanted: to.clone(),
+                    },
+                    _ if new == leader => StepDownOutcome::LedAgain {
+                        leader,
+                        term: now.term,
+                    },
+                    _ => StepDownOutcome::TookOver {
+                        new,
+                        term: now.term,
+                        after: asked_at.elapsed(),
+                    },
+                });
+            }
+        }
+        if Instant::now() >= give_up {
+            return Ok(StepDownOutcome::NobodyTookOver {
+                waited: command.wait,
+            });
+        }
+        tokio::time::sleep(command.poll).await;
+    }
+}
+
+/// Keeps the node moved away from off preemption for `hold` (`--hold`), so that a manual
+/// move holds.
+async fn hold_off<S: ControlStore>(
+    store: &mut S,
+    election: &str,
+    leader: &str,
+    hold: Duration,
+    progress: &mut impl FnMut(String),
+) {
+    if hold.is_zero() {
+        return;
+    }
+    if let Err(error) = store.hold_preemption(election, leader, hold).await {
+        progress(format!(
+            "could not hold off preemption back to {leader:?}: {error}"
+        ));
+    }
+}
+
+/// Why `to` cannot take over, if it cannot.
+fn check_target(members: &[Member], to: &str) -> Result<(), String> {
+    let names = || {
+        members
+            .iter()
+            .filter(|m| !m.gone())
+            .map(|m| m.node_id.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let Some(m) = members.iter().find(|m| m.node_id == to) else {
+        return Err(format!(
+            "unknown node: no member of that id (members: {})",
+            names()
+        ));
+    };
+    let ago = humantime::format_duration(Duration::from_secs(m.seen_ago.as_secs()));
+    match m.standing() {
+        MemberStanding::Candidate => Ok(()),
+        MemberStanding::Stopped if m.standing == Some(MemberStanding::Stopped) => {
+            Err(format!("the node stopped (recorded {ago} ago)"))
+        }
+        MemberStanding::Stopped => Err(format!("the node is gone: last seen {ago} ago")),
+        MemberStanding::Observer => {
+            Err("the node is an observer (election.candidate = false)".to_owned())
+        }
+        MemberStanding::Starting => {
+            Err("the node is unhealthy: its health check has not passed yet".to_owned())
+        }
+        MemberStanding::Unhealthy => {
+            Err("the node is unhealthy: its health check fails".to_owned())
+        }
+    }
+}
