@@ -12,6 +12,7 @@
 //! tokio-driven runs: CI searches more seeds with it (see `tests.rs`).
 
 mod check;
+mod lifecycle;
 mod process;
 
 use rand::rngs::SmallRng;
