@@ -19,7 +19,10 @@
 mod database;
 mod db;
 mod direct;
+mod models;
 mod node;
+mod operator_checks;
+mod operators;
 mod schedule;
 mod trace;
 mod world;
@@ -33,8 +36,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::{Instant, sleep, sleep_until};
 
-use db::{Dice, SimStore};
 use node::Process;
+use operators::{operator, step_down};
 use schedule::{Fault, Scenario};
 use world::{ELECTION, World};
 
@@ -364,11 +367,11 @@ fn act(world: &Arc<World>, slots: &mut [Slot], action: &Action, rng: &mut SmallR
         (Fault::SlowStatusFile { node, delay, fail }, on) => {
             if let Some(process) = slots[*node].current() {
                 *process.file.lock().unwrap() = match on {
-                    true => node::FileFaults {
+                    true => models::FileFaults {
                         delay: *delay,
                         fail: *fail,
                     },
-                    false => node::FileFaults::default(),
+                    false => models::FileFaults::default(),
                 };
             }
         }
@@ -432,77 +435,4 @@ fn restart_node(world: &Arc<World>, slot: &mut Slot, node: usize, rng: &mut Smal
         }
     }
     start(world, node, slot, rng);
-}
-
-/// Runs an operator command on a connection of its own (its statements meet no faults).
-fn operator<F: std::future::Future<Output = ()> + Send + 'static>(
-    world: &Arc<World>,
-    rng: &mut SmallRng,
-    command: impl FnOnce(SimStore) -> F,
-) {
-    let dice = Arc::new(Mutex::new(Dice::quiet(SmallRng::seed_from_u64(
-        rng.next_u64(),
-    ))));
-    let store = SimStore::new(world, None, "operator", dice);
-    tokio::spawn(command(store));
-}
-
-/// `leaderd resign` (`to: None`) and `leaderd handover --to`: the real command's steps
-/// ([`crate::operator::step_down_with`]), with the properties that judge its outcome.
-async fn step_down(world: Arc<World>, mut store: SimStore, event: usize, to: Option<String>) {
-    use crate::operator::{StepDownCommand, StepDownOutcome, step_down_with};
-    let command = StepDownCommand {
-        to: to.clone(),
-        wait: world.scenario.ttl * 10,
-        hold: world::MANUAL_HOLD,
-        force: false,
-        poll: Duration::from_millis(100),
-    };
-    let asked_at = Instant::now();
-    let old = store_leader(&world);
-    let outcome = step_down_with(&mut store, ELECTION, &command, |said| {
-        world.trace("operator", said)
-    })
-    .await;
-    let outcome = match outcome {
-        Ok(outcome) => outcome,
-        Err(error) => return world.trace("operator", format!("exit 69: {error}")),
-    };
-    world.trace(
-        "operator",
-        format!(
-            "exit {}: {}",
-            outcome.exit_status(),
-            outcome.message(ELECTION)
-        ),
-    );
-    let Some(old) = old else { return };
-    match &outcome {
-        StepDownOutcome::TookOver { new, .. } | StepDownOutcome::OtherTookOver { new, .. } => {
-            if let Some(to) = &to {
-                world.check_handover_accepted(to, asked_at);
-            }
-            world.check_step_down_outcome(event, asked_at, &old, to.as_deref(), Some(new), true);
-        }
-        StepDownOutcome::LedAgain { .. } | StepDownOutcome::NobodyTookOver { .. } => {
-            if let Some(to) = &to {
-                world.check_handover_accepted(to, asked_at);
-            }
-            world.check_step_down_outcome(event, asked_at, &old, to.as_deref(), None, true);
-        }
-        StepDownOutcome::NotAnswered { .. } | StepDownOutcome::BadTarget { .. } => {
-            world.check_step_down_outcome(event, asked_at, &old, to.as_deref(), None, false);
-        }
-        _ => {}
-    }
-}
-
-/// The live holder of the election's row now.
-fn store_leader(world: &World) -> Option<String> {
-    let state = world.state.lock().unwrap();
-    state
-        .db
-        .table
-        .lease_row(ELECTION, Instant::now())
-        .and_then(|r| r.live_holder().map(str::to_owned))
 }

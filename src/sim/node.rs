@@ -16,35 +16,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::AbortHandle;
-use tokio::time::{Instant, sleep, sleep_until};
+use tokio::time::{Instant, sleep};
 
 use super::db::{Dice, SimStore};
+use super::models::{
+    FileFaults, Freeze, HookRequest, freezable, health_model, hook_model, status_file_model,
+};
 use super::world::{ELECTION, ProcessView, World};
 use crate::daemon::serve_until_shutdown;
-use crate::election::{
-    CandidacyGate, Election, ElectionSettings, ResignHandle, Role, RoleEvent, Status,
-};
+use crate::election::{Election, ElectionSettings, Status};
 use crate::standing::Health;
 use crate::standing::Standing;
 use crate::store::MemberRecord;
-
-/// How the status file's writes go: each takes `delay` more, and fails while `fail`.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct FileFaults {
-    pub(super) delay: Duration,
-    pub(super) fail: bool,
-}
-
-/// The status file writer retries a failed write this often (as `status_file.rs`).
-const FILE_RETRY: Duration = Duration::from_millis(100);
-
-/// What the hook supervisor is asked from outside the election.
-enum HookRequest {
-    /// A failing health check: step down through the resign sequence.
-    Resign,
-    /// The daemon stops: stop the leader work; answer when done.
-    StepDown(oneshot::Sender<()>),
-}
 
 /// A running (or ended) process, as the driver steers it.
 pub(super) struct Process {
@@ -326,178 +309,6 @@ fn describe(status: &Status, start: Instant) -> String {
         status.leader,
         if status.paused { " paused" } else { "" }
     )
-}
-
-/// Whether a process is frozen (SIGSTOP), and the wake-up of its tasks when it is
-/// continued (a `Notify` wakes its waiters in the order they came, unlike a watch).
-#[derive(Default)]
-struct Freeze {
-    frozen: std::sync::atomic::AtomicBool,
-    thawed: Arc<tokio::sync::Notify>,
-}
-
-/// Polls `task` only while its process is not frozen: a frozen task's timers fire, and it
-/// sees them when it is continued, as a stopped process does.
-fn freezable<T>(task: impl Future<Output = T>, freeze: Arc<Freeze>) -> impl Future<Output = T> {
-    let mut task = Box::pin(task);
-    let mut thawed: Option<std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>> = None;
-    std::future::poll_fn(move |cx| {
-        loop {
-            if !freeze.frozen.load(Ordering::SeqCst) {
-                thawed = None;
-                return task.as_mut().poll(cx);
-            }
-            let waiting = thawed.get_or_insert_with(|| {
-                let mut notified = Box::pin(Arc::clone(&freeze.thawed).notified_owned());
-                notified.as_mut().enable();
-                notified
-            });
-            // A thaw between the check and the registration is not missed.
-            if !freeze.frozen.load(Ordering::SeqCst) {
-                continue;
-            }
-            match waiting.as_mut().poll(cx) {
-                std::task::Poll::Ready(()) => thawed = None,
-                std::task::Poll::Pending => return std::task::Poll::Pending,
-            }
-        }
-    })
-}
-
-/// The hook supervisor's promises to the election: leader work runs from `Elected` until
-/// `Demoted`, and takes `stop_time` to stop; a resign request is passed on once it has
-/// stopped; a shutdown's step-down ends once it has.
-async fn hook_model(
-    mut events: mpsc::UnboundedReceiver<RoleEvent>,
-    mut requests: mpsc::UnboundedReceiver<HookRequest>,
-    resign: ResignHandle,
-    stop_time: Duration,
-) {
-    let mut leading: Option<i64> = None;
-    let mut resigning: Option<(Instant, i64)> = None;
-    let mut stepping_down: Option<(Instant, oneshot::Sender<()>)> = None;
-    let mut requests_open = true;
-    loop {
-        let resign_at = resigning.map(|(at, _)| at);
-        let stepped_down_at = stepping_down.as_ref().map(|(at, _)| *at);
-        tokio::select! {
-            biased;
-            event = events.recv() => match event {
-                None => return,
-                Some(RoleEvent::Elected { term }) => {
-                    leading = Some(term);
-                    // As the supervisor: a resign of an earlier term is moot now.
-                    resigning = None;
-                }
-                Some(RoleEvent::Demoted { term }) => {
-                    if leading == Some(term) {
-                        leading = None;
-                    }
-                }
-                Some(RoleEvent::ResignRequested { term }) => {
-                    if leading == Some(term) && resigning.is_none() {
-                        resigning = Some((Instant::now() + stop_time, term));
-                    }
-                }
-                Some(RoleEvent::LeaderChanged { .. }) => {}
-            },
-            request = requests.recv(), if requests_open => match request {
-                None => requests_open = false,
-                Some(HookRequest::Resign) => {
-                    if let (Some(term), None) = (leading, resigning) {
-                        resigning = Some((Instant::now() + stop_time, term));
-                    }
-                }
-                Some(HookRequest::StepDown(done)) => {
-                    let now = Instant::now();
-                    let work_stopped = match (leading, resign_at) {
-                        (_, Some(at)) => at,
-                        (Some(_), None) => now + stop_time,
-                        (None, None) => now,
-                    };
-                    stepping_down = Some((work_stopped, done));
-                }
-            },
-            _ = sleep_until(resign_at.unwrap_or_else(Instant::now)), if resign_at.is_some() => {
-                if let Some((_, term)) = resigning.take() {
-                    leading = None;
-                    resign.resign_term(term);
-                }
-            }
-            _ = sleep_until(stepped_down_at.unwrap_or_else(Instant::now)), if stepped_down_at.is_some() => {
-                if let Some((_, done)) = stepping_down.take() {
-                    leading = None;
-                    let _ = done.send(());
-                }
-            }
-        }
-    }
-}
-
-/// The status file's promise: it reports each version durable once written; writes take
-/// their time, and a failing one is retried every `FILE_RETRY`.
-async fn status_file_model(
-    world: Arc<World>,
-    index: usize,
-    mut status: watch::Receiver<Status>,
-    durable: watch::Sender<u64>,
-    faults: Arc<Mutex<FileFaults>>,
-) {
-    loop {
-        let written = status.borrow_and_update().clone();
-        let version = written.version;
-        loop {
-            let FileFaults { delay, fail } = *faults.lock().unwrap();
-            sleep(Duration::from_micros(500) + delay).await;
-            if !fail {
-                break;
-            }
-            sleep(FILE_RETRY).await;
-        }
-        world.state.lock().unwrap().processes[index].file = Some(written);
-        world.check();
-        durable.send_replace(version);
-        if status.changed().await.is_err() && !status.has_changed().unwrap_or(false) {
-            return;
-        }
-    }
-}
-
-/// The health check's promise: no claim until it first passes (after one check
-/// interval), none while it fails, and a failing leader steps down through the hooks.
-async fn health_model(
-    gate: CandidacyGate,
-    standing: watch::Sender<Standing>,
-    mut status: watch::Receiver<Status>,
-    mut failing: watch::Receiver<bool>,
-    hooks: mpsc::UnboundedSender<HookRequest>,
-    check_every: Duration,
-) {
-    gate.close();
-    sleep(check_every).await;
-    let mut health = Health::Starting;
-    loop {
-        let now = match *failing.borrow_and_update() {
-            true => Health::Failing,
-            false => Health::Healthy,
-        };
-        if now != health {
-            health = now;
-            match now {
-                Health::Healthy => gate.open(),
-                _ => gate.close(),
-            }
-            standing.send_modify(|standing| standing.health = Some(now));
-        }
-        if health == Health::Failing && status.borrow_and_update().role == Role::Leader {
-            let _ = hooks.send(HookRequest::Resign);
-        }
-        tokio::select! {
-            biased;
-            changed = failing.changed() => if changed.is_err() { return },
-            changed = status.changed() => if changed.is_err() { return },
-        }
-    }
 }
 
 impl Process {
