@@ -67,14 +67,15 @@ pub(super) async fn round<S: LeaseStore>(
         boot,
         token,
     } = *sender;
-    let (name, me, ttl) = (&settings.name, &settings.node_id, settings.ttl);
+    let (name, me) = (&settings.name, &settings.node_id);
     let sent = Instants::now(boot);
     match hold {
         Hold::Leading { term, .. } => {
             // Stop acting as leader at once when the database says no; the next round
             // reads the row.
             *statements += 1;
-            if store.renew_seeing(name, me, ttl, term, *seen).await? {
+            let lease = settings.lease(token, term);
+            if store.renew_seeing(&lease, *seen).await? {
                 return Ok((Outcome::Holding { term, sent }, sent.at.elapsed()));
             }
             let round_trip = sent.at.elapsed();
@@ -96,7 +97,7 @@ pub(super) async fn round<S: LeaseStore>(
                 // two statements (a short pause, a pause then a resume) refused the first.
                 let now_seen = row.commands();
                 *statements += 1;
-                if store.renew_seeing(name, me, ttl, term, now_seen).await? {
+                if store.renew_seeing(&lease, now_seen).await? {
                     *seen = now_seen;
                     return Ok((Outcome::Holding { term, sent }, round_trip));
                 }
@@ -105,14 +106,13 @@ pub(super) async fn round<S: LeaseStore>(
         }
         Hold::Lapsed { term } if may_claim() => {
             *statements += 1;
-            let reacquired =
-                store
-                    .reacquire(name, me, token, ttl, term)
-                    .await
-                    .map_err(|error| RoundError {
-                        error,
-                        in_doubt: Some(term + 1),
-                    })?;
+            let reacquired = store
+                .reacquire(&settings.lease(token, term))
+                .await
+                .map_err(|error| RoundError {
+                    error,
+                    in_doubt: Some(term + 1),
+                })?;
             if reacquired {
                 return Ok((
                     Outcome::Holding {
@@ -187,13 +187,7 @@ async fn claim<S: LeaseStore>(
     let sent = Instants::now(boot);
     *statements += 1;
     let claimed = store
-        .claim(
-            &settings.name,
-            &settings.node_id,
-            token,
-            settings.ttl,
-            expected,
-        )
+        .claim(&settings.lease(token, expected))
         .await
         .map_err(|error| RoundError {
             error,

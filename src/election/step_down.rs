@@ -9,7 +9,7 @@ use tracing::{debug, info, warn};
 use super::candidacy::Candidacy;
 use super::clock::Instants;
 use super::settings::ElectionSettings;
-use crate::store::{LeaseStore, StoreError};
+use crate::store::{LeaseStore, ProcessToken, StoreError};
 
 /// How long a stopping node tries to release its row.
 const STOP_RELEASE: Duration = Duration::from_millis(500);
@@ -54,7 +54,7 @@ pub(super) async fn step_down<S: LeaseStore>(
             return None;
         }
     }
-    Some(release(store, &settings, term).await)
+    Some(release(store, &settings, candidacy.token, term).await)
 }
 
 /// Gives the row up if it is still ours in `term`, within STOP_RELEASE; a lease that
@@ -62,16 +62,14 @@ pub(super) async fn step_down<S: LeaseStore>(
 async fn release<S: LeaseStore>(
     store: &mut S,
     settings: &ElectionSettings,
+    token: ProcessToken,
     term: i64,
 ) -> Result<bool, StoreError> {
-    let released = tokio::time::timeout(
-        STOP_RELEASE,
-        store.release(&settings.name, &settings.node_id, term),
-    )
-    .await
-    .unwrap_or(Err(StoreError::QueryTimeout {
-        after: STOP_RELEASE,
-    }));
+    let released = tokio::time::timeout(STOP_RELEASE, store.release(&settings.lease(token, term)))
+        .await
+        .unwrap_or(Err(StoreError::QueryTimeout {
+            after: STOP_RELEASE,
+        }));
     match &released {
         Ok(true) => {
             info!(election = %settings.name, node = %settings.node_id, term, "released the lease")

@@ -12,8 +12,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    Commands, ControlStore, LeaseRow, LeaseStore, Member, MemberRecord, MemberStanding, Pending,
-    ProcessToken, StepDownRequest, StoreError,
+    Commands, ControlStore, Lease, LeaseRow, LeaseStore, Member, MemberRecord, MemberStanding,
+    Pending, StepDownRequest, StoreError,
 };
 
 /// One election's row (`service_leader_lock`).
@@ -68,12 +68,17 @@ impl Row {
         self.handover_to.is_some() && self.handover_until.is_some_and(|until| now < until)
     }
 
+    /// The row shows `lease`'s holder in `lease.term`.
+    fn held_by(&self, lease: &Lease) -> bool {
+        self.term == lease.term && self.holder.as_deref() == Some(lease.holder.as_str())
+    }
+
     /// What a new term starts with: the commands of the old one are done.
-    fn start_term(&mut self, holder: &str, token: ProcessToken, ttl: Duration, now: Instant) {
+    fn start_term(&mut self, lease: &Lease, now: Instant) {
         self.term += 1;
-        self.holder = Some(holder.to_owned());
-        self.term_token = Some(token.for_term(self.term));
-        self.lease = ttl;
+        self.holder = Some(lease.holder.clone());
+        self.term_token = Some(lease.token.for_term(self.term));
+        self.lease = lease.ttl;
         self.renewed_at = now;
         self.handover_to = None;
         self.handover_until = None;
@@ -134,78 +139,52 @@ impl Table {
             .or_insert_with(|| Row::unheld(now));
     }
 
-    /// Takes a released or lapsed lease in `expected_term`, unless paused or handed over to
+    /// Takes a released or lapsed lease in `lease.term`, unless paused or handed over to
     /// another node.
-    pub fn claim(
-        &mut self,
-        now: Instant,
-        name: &str,
-        holder: &str,
-        token: ProcessToken,
-        ttl: Duration,
-        expected_term: i64,
-    ) -> bool {
-        match self.rows.get_mut(name) {
+    pub fn claim(&mut self, now: Instant, lease: &Lease) -> bool {
+        match self.rows.get_mut(&lease.name) {
             Some(row)
-                if row.term == expected_term
+                if row.term == lease.term
                     && !row.live(now)
                     && !row.paused(now)
-                    && row.open_to(holder, now) =>
+                    && row.open_to(&lease.holder, now) =>
             {
-                row.start_term(holder, token, ttl, now);
+                row.start_term(lease, now);
                 true
             }
             _ => false,
         }
     }
 
-    /// Starts the next term on a row `holder` still holds in `term`, unless asked to resign
-    /// it, handed over to another node, or paused with the lease lapsed.
-    pub fn reacquire(
-        &mut self,
-        now: Instant,
-        name: &str,
-        holder: &str,
-        token: ProcessToken,
-        ttl: Duration,
-        term: i64,
-    ) -> bool {
-        match self.rows.get_mut(name) {
+    /// Starts the next term on a row the holder still holds in `lease.term`, unless asked
+    /// to resign it, handed over to another node, or paused with the lease lapsed.
+    pub fn reacquire(&mut self, now: Instant, lease: &Lease) -> bool {
+        match self.rows.get_mut(&lease.name) {
             Some(row)
-                if row.term == term
-                    && row.holder.as_deref() == Some(holder)
-                    && row.resign_term != Some(term)
-                    && row.open_to(holder, now)
+                if row.held_by(lease)
+                    && row.resign_term != Some(lease.term)
+                    && row.open_to(&lease.holder, now)
                     && (!row.paused(now) || row.live(now)) =>
             {
-                row.start_term(holder, token, ttl, now);
+                row.start_term(lease, now);
                 true
             }
             _ => false,
         }
     }
 
-    /// Extends a live lease of `holder` in `term` if the commands pending on the row are
-    /// the ones it has seen. The lease never starts earlier than it did (MySQL's
+    /// Extends a live lease of the holder in `lease.term` if the commands pending on the
+    /// row are the ones it has seen. The lease never starts earlier than it did (MySQL's
     /// `GREATEST`: a renewal that waited for the row lock reads an earlier clock).
-    pub fn renew(
-        &mut self,
-        now: Instant,
-        name: &str,
-        holder: &str,
-        ttl: Duration,
-        term: i64,
-        seen: Commands,
-    ) -> bool {
-        match self.rows.get_mut(name) {
+    pub fn renew(&mut self, now: Instant, lease: &Lease, seen: Commands) -> bool {
+        match self.rows.get_mut(&lease.name) {
             Some(row)
-                if row.term == term
-                    && row.holder.as_deref() == Some(holder)
+                if row.held_by(lease)
                     && row.live(now)
-                    && (row.resign_term == Some(term)) == seen.resign
+                    && (row.resign_term == Some(lease.term)) == seen.resign
                     && row.paused(now) == seen.paused =>
             {
-                row.lease = ttl;
+                row.lease = lease.ttl;
                 row.renewed_at = row.renewed_at.max(now);
                 true
             }
@@ -214,12 +193,12 @@ impl Table {
     }
 
     /// Gives the row up; a handover its leader was asked for gets its window anew.
-    pub fn release(&mut self, now: Instant, name: &str, holder: &str, term: i64) -> bool {
-        match self.rows.get_mut(name) {
-            Some(row) if row.term == term && row.holder.as_deref() == Some(holder) => {
+    pub fn release(&mut self, now: Instant, lease: &Lease) -> bool {
+        match self.rows.get_mut(&lease.name) {
+            Some(row) if row.held_by(lease) => {
                 row.holder = None;
                 row.renewed_at = now;
-                if row.handover_to.is_some() && row.resign_term == Some(term) {
+                if row.handover_to.is_some() && row.resign_term == Some(lease.term) {
                     row.handover_until = Some(now + row.lease * 2);
                 }
                 true
@@ -612,58 +591,31 @@ impl LeaseStore for MemoryStore {
             .await
     }
 
-    async fn claim(
-        &mut self,
-        name: &str,
-        holder: &str,
-        token: ProcessToken,
-        ttl: Duration,
-        expected_term: i64,
-    ) -> Result<bool, StoreError> {
-        let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.with_table("claim", move |table, now| {
-            table.claim(now, &name, &holder, token, ttl, expected_term)
-        })
-        .await
+    async fn claim(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+        let lease = lease.clone();
+        self.with_table("claim", move |table, now| table.claim(now, &lease))
+            .await
     }
 
-    async fn reacquire(
-        &mut self,
-        name: &str,
-        holder: &str,
-        token: ProcessToken,
-        ttl: Duration,
-        term: i64,
-    ) -> Result<bool, StoreError> {
-        let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.with_table("reacquire", move |table, now| {
-            table.reacquire(now, &name, &holder, token, ttl, term)
-        })
-        .await
+    async fn reacquire(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+        let lease = lease.clone();
+        self.with_table("reacquire", move |table, now| table.reacquire(now, &lease))
+            .await
     }
 
-    async fn renew_seeing(
-        &mut self,
-        name: &str,
-        holder: &str,
-        ttl: Duration,
-        term: i64,
-        seen: Commands,
-    ) -> Result<bool, StoreError> {
-        let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.with_table("renew", move |table, now| {
-            table.renew(now, &name, &holder, ttl, term, seen)
-        })
-        .await
+    async fn renew_seeing(&mut self, lease: &Lease, seen: Commands) -> Result<bool, StoreError> {
+        let lease = lease.clone();
+        self.with_table("renew", move |table, now| table.renew(now, &lease, seen))
+            .await
     }
 
-    async fn release(&mut self, name: &str, holder: &str, term: i64) -> Result<bool, StoreError> {
-        let (name, holder) = (name.to_owned(), holder.to_owned());
+    async fn release(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+        let lease = lease.clone();
         let releases = self.releases.clone();
         self.with_table("release", move |table, now| {
-            let released = table.release(now, &name, &holder, term);
+            let released = table.release(now, &lease);
             if released {
-                let _ = releases.send(name);
+                let _ = releases.send(lease.name);
             }
             released
         })

@@ -51,6 +51,36 @@ pub struct LeaseRow {
     pub pending: Pending,
 }
 
+/// One node's lease on a row, as every write of the node's own lease states it: which row,
+/// who holds it, the token that marks the terms it starts, how long each write makes it
+/// last, and the term the write expects to find on the row. Built once per statement by
+/// the election (or a test) and handed to [`LeaseStore`]'s writes: a claim reads `term` as
+/// the term of the free lease it takes and starts `term + 1`; a reacquire, renewal,
+/// release or hold as the term the node leads in. A write reads only the fields it needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The election's (or lock's) row.
+    pub name: String,
+    /// The node that holds (or claims) the row.
+    pub holder: String,
+    /// Marks the terms this node starts (see [`LeaseRow::started_by`]).
+    pub token: ProcessToken,
+    /// The lease length a claim, reacquire or renewal asks for.
+    pub ttl: Duration,
+    /// The term the write expects on the row.
+    pub term: i64,
+}
+
+impl Lease {
+    /// The same lease, expecting `term` on the row.
+    pub fn in_term(&self, term: i64) -> Lease {
+        Lease {
+            term,
+            ..self.clone()
+        }
+    }
+}
+
 /// A live lease as `leaderd locks` lists it: an election's or a lock's row, times by the
 /// database clock at the read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -403,36 +433,17 @@ pub trait LeaseStore: Send {
     ) -> impl Future<Output = Result<Option<LeaseRow>, StoreError>> + Send;
     /// Creates the row of `name`, unheld, if missing. Never grants anything.
     fn ensure_row(&mut self, name: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Takes a released or lapsed lease whose term is still `expected_term`; the new term
-    /// is `expected_term + 1`, marked with `token` (see [`LeaseRow::started_by`]).
-    fn claim(
-        &mut self,
-        name: &str,
-        holder: &str,
-        token: ProcessToken,
-        ttl: Duration,
-        expected_term: i64,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Starts term `term + 1`, marked with `token`, on a row that `holder` still holds in
-    /// `term`.
-    fn reacquire(
-        &mut self,
-        name: &str,
-        holder: &str,
-        token: ProcessToken,
-        ttl: Duration,
-        term: i64,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Extends `holder`'s lease in `term` if it is still live (and no command this renewal
-    /// has not seen is pending: see [`LeaseStore::renew_seeing`]).
-    fn renew(
-        &mut self,
-        name: &str,
-        holder: &str,
-        ttl: Duration,
-        term: i64,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        self.renew_seeing(name, holder, ttl, term, Commands::default())
+    /// Takes a released or lapsed lease whose term is still `lease.term`; the new term is
+    /// `lease.term + 1`, marked with `lease.token` (see [`LeaseRow::started_by`]).
+    fn claim(&mut self, lease: &Lease) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Starts term `lease.term + 1`, marked with `lease.token`, on a row that
+    /// `lease.holder` still holds in `lease.term`.
+    fn reacquire(&mut self, lease: &Lease)
+    -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Extends the holder's lease in its term by `lease.ttl` if it is still live (and no
+    /// command this renewal has not seen is pending: see [`LeaseStore::renew_seeing`]).
+    fn renew(&mut self, lease: &Lease) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.renew_seeing(lease, Commands::default())
     }
     /// [`LeaseStore::renew`], stating the commands pending on the row as the leader last
     /// saw them: if the row's differ, nothing is renewed (`false`), and the leader reads
@@ -440,10 +451,7 @@ pub trait LeaseStore: Send {
     /// `seen`.
     fn renew_seeing(
         &mut self,
-        name: &str,
-        holder: &str,
-        ttl: Duration,
-        term: i64,
+        lease: &Lease,
         seen: Commands,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// `node` accepts a handover offered to it (see [`StepDownRequest::Offer`]) of the
@@ -454,26 +462,19 @@ pub trait LeaseStore: Send {
         node: &str,
         term: i64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Gives the row up if `holder` still holds it in `term`.
-    fn release(
-        &mut self,
-        name: &str,
-        holder: &str,
-        term: i64,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Keeps `holder`'s live lease in `term` for `left` more by the database clock and
-    /// stops renewing it, instead of releasing it: a lock whose work ended early and that
-    /// must stay taken for a minimum time (`leaderd lock --hold-at-least`). The holder
+    /// Gives the row up if the holder still holds it in `lease.term`.
+    fn release(&mut self, lease: &Lease) -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Keeps the holder's live lease in `lease.term` for `left` more by the database clock
+    /// and stops renewing it, instead of releasing it: a lock whose work ended early and
+    /// that must stay taken for a minimum time (`leaderd lock --hold-at-least`). The holder
     /// stays on the row. One conditional statement; `false` if the lease was no longer
     /// live. Stores without it answer [`StoreError::Unsupported`].
     fn hold(
         &mut self,
-        name: &str,
-        holder: &str,
-        term: i64,
+        lease: &Lease,
         left: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        let _ = (name, holder, term, left);
+        let _ = (lease, left);
         async {
             Err(StoreError::Unsupported {
                 operation: "hold a lease without renewing it",
@@ -607,11 +608,12 @@ impl SqlStore {
         self
     }
 
-    /// Tells the side lock of `name` whether this node holds it, after a write's answer.
-    fn note(&self, name: &str, holder: &str, answer: &Result<bool, StoreError>) {
+    /// Tells the side lock of the lease's row whether this node holds it, after a write's
+    /// answer.
+    fn note(&self, lease: &Lease, answer: &Result<bool, StoreError>) {
         match answer {
-            Ok(true) => self.wakeups.leading(name, Some(holder)),
-            Ok(false) => self.wakeups.leading(name, None),
+            Ok(true) => self.wakeups.leading(&lease.name, Some(&lease.holder)),
+            Ok(false) => self.wakeups.leading(&lease.name, None),
             Err(_) => {}
         }
     }
@@ -855,66 +857,42 @@ impl LeaseStore for SqlStore {
         .await
     }
 
-    async fn claim(
-        &mut self,
-        name: &str,
-        holder: &str,
-        token: ProcessToken,
-        ttl: Duration,
-        expected_term: i64,
-    ) -> Result<bool, StoreError> {
-        let (owned, holder_owned) = (name.to_owned(), holder.to_owned());
-        debug!(election = name, expected_term, "claim sent");
+    async fn claim(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+        let owned = lease.clone();
+        debug!(election = %lease.name, expected_term = lease.term, "claim sent");
         let answer = self
             .run(Opening::PrepareHandover, move |c| {
-                Box::pin(async move {
-                    c.claim(&owned, &holder_owned, token, ttl, expected_term)
-                        .await
-                })
+                Box::pin(async move { c.claim(&owned).await })
             })
             .await;
         debug!(
-            election = name,
+            election = %lease.name,
             taken = matches!(answer, Ok(true)),
             "claim answered"
         );
-        self.note(name, holder, &answer);
+        self.note(lease, &answer);
         answer
     }
 
-    async fn reacquire(
-        &mut self,
-        name: &str,
-        holder: &str,
-        token: ProcessToken,
-        ttl: Duration,
-        term: i64,
-    ) -> Result<bool, StoreError> {
-        let (owned, holder_owned) = (name.to_owned(), holder.to_owned());
+    async fn reacquire(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+        let owned = lease.clone();
         let answer = self
             .run(Opening::PrepareHandover, move |c| {
-                Box::pin(async move { c.reacquire(&owned, &holder_owned, token, ttl, term).await })
+                Box::pin(async move { c.reacquire(&owned).await })
             })
             .await;
-        self.note(name, holder, &answer);
+        self.note(lease, &answer);
         answer
     }
 
-    async fn renew_seeing(
-        &mut self,
-        name: &str,
-        holder: &str,
-        ttl: Duration,
-        term: i64,
-        seen: Commands,
-    ) -> Result<bool, StoreError> {
-        let (owned, holder_owned) = (name.to_owned(), holder.to_owned());
+    async fn renew_seeing(&mut self, lease: &Lease, seen: Commands) -> Result<bool, StoreError> {
+        let owned = lease.clone();
         let answer = self
             .run(Opening::Plain, move |c| {
-                Box::pin(async move { c.renew(&owned, &holder_owned, ttl, term, seen).await })
+                Box::pin(async move { c.renew(&owned, seen).await })
             })
             .await;
-        self.note(name, holder, &answer);
+        self.note(lease, &answer);
         answer
     }
 
@@ -931,40 +909,34 @@ impl LeaseStore for SqlStore {
         .await
     }
 
-    async fn release(&mut self, name: &str, holder: &str, term: i64) -> Result<bool, StoreError> {
-        let (owned, holder_owned) = (name.to_owned(), holder.to_owned());
-        debug!(election = name, term, "release sent");
+    async fn release(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+        let owned = lease.clone();
+        debug!(election = %lease.name, term = lease.term, "release sent");
         let answer = self
             .run(Opening::PrepareHandover, move |c| {
-                Box::pin(async move { c.release(&owned, &holder_owned, term).await })
+                Box::pin(async move { c.release(&owned).await })
             })
             .await;
         // Whatever the answer: a wake-up is only a hint, and this node leads no more.
-        self.wakeups.leading(name, None);
+        self.wakeups.leading(&lease.name, None);
         answer
     }
 
-    async fn hold(
-        &mut self,
-        name: &str,
-        holder: &str,
-        term: i64,
-        left: Duration,
-    ) -> Result<bool, StoreError> {
-        let (owned, holder_owned) = (name.to_owned(), holder.to_owned());
+    async fn hold(&mut self, lease: &Lease, left: Duration) -> Result<bool, StoreError> {
+        let owned = lease.clone();
         debug!(
-            election = name,
-            term,
+            election = %lease.name,
+            term = lease.term,
             left_ms = left.as_millis() as u64,
             "hold sent"
         );
         let answer = self
             .run(Opening::Plain, move |c| {
-                Box::pin(async move { c.hold(&owned, &holder_owned, term, left).await })
+                Box::pin(async move { c.hold(&owned, left).await })
             })
             .await;
         // This node acts on the lease no more.
-        self.wakeups.leading(name, None);
+        self.wakeups.leading(&lease.name, None);
         answer
     }
 

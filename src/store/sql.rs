@@ -24,8 +24,8 @@ use super::dialect::{
 use super::pooler;
 use super::{Backend, DatabaseUrl};
 use super::{
-    Commands, HeldRow, LeaseRow, Member, MemberRecord, MemberStanding, Pending, ProcessToken,
-    StoreError,
+    Commands, HeldRow, Lease, LeaseRow, Member, MemberRecord, MemberStanding, Pending,
+    ProcessToken, StoreError,
 };
 
 const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
@@ -577,9 +577,15 @@ impl DbConnection {
     /// Not run before a renewal (see `SqlStore::run`), which must not wait for it.
     pub async fn prepare_handover(&mut self) -> Result<(), StoreError> {
         if let DbConnection::Postgres(_) = self {
-            self.claim("", "", ProcessToken::random(), Duration::ZERO, NO_TERM)
-                .await?;
-            self.release("", "", NO_TERM).await?;
+            let never = Lease {
+                name: String::new(),
+                holder: String::new(),
+                token: ProcessToken::random(),
+                ttl: Duration::ZERO,
+                term: NO_TERM,
+            };
+            self.claim(&never).await?;
+            self.release(&never).await?;
         }
         Ok(())
     }
@@ -656,57 +662,36 @@ impl DbConnection {
         Ok(())
     }
 
-    pub async fn claim(
-        &mut self,
-        name: &str,
-        holder: &str,
-        token: ProcessToken,
-        ttl: Duration,
-        expected_term: i64,
-    ) -> Result<bool, StoreError> {
+    pub async fn claim(&mut self, lease: &Lease) -> Result<bool, StoreError> {
         let params = vec![
-            Param::Text(holder),
-            Param::BigInt(token.for_term(expected_term + 1)),
-            Param::BigInt(ms(ttl)),
-            Param::Text(name),
-            Param::BigInt(expected_term),
-            Param::Text(holder),
+            Param::Text(&lease.holder),
+            Param::BigInt(lease.token.for_term(lease.term + 1)),
+            Param::BigInt(ms(lease.ttl)),
+            Param::Text(&lease.name),
+            Param::BigInt(lease.term),
+            Param::Text(&lease.holder),
         ];
         Ok(self.write_synced(|d| d.claim, params).await? == 1)
     }
 
-    pub async fn reacquire(
-        &mut self,
-        name: &str,
-        holder: &str,
-        token: ProcessToken,
-        ttl: Duration,
-        term: i64,
-    ) -> Result<bool, StoreError> {
+    pub async fn reacquire(&mut self, lease: &Lease) -> Result<bool, StoreError> {
         let params = vec![
-            Param::BigInt(token.for_term(term + 1)),
-            Param::BigInt(ms(ttl)),
-            Param::Text(name),
-            Param::Text(holder),
-            Param::BigInt(term),
-            Param::Text(holder),
+            Param::BigInt(lease.token.for_term(lease.term + 1)),
+            Param::BigInt(ms(lease.ttl)),
+            Param::Text(&lease.name),
+            Param::Text(&lease.holder),
+            Param::BigInt(lease.term),
+            Param::Text(&lease.holder),
         ];
         Ok(self.write_synced(|d| d.reacquire, params).await? == 1)
     }
 
-    pub async fn renew(
-        &mut self,
-        name: &str,
-        holder: &str,
-        ttl: Duration,
-        term: i64,
-        seen: Commands,
-    ) -> Result<bool, StoreError> {
+    pub async fn renew(&mut self, lease: &Lease, seen: Commands) -> Result<bool, StoreError> {
         let params = vec![
-            Param::BigInt(ms(ttl)),
-            Param::Text(name),
-            Param::Text(holder),
-            Param::BigInt(term),
+            Param::BigInt(ms(lease.ttl)),
+            Param::Text(&lease.name),
+            Param::Text(&lease.holder),
+            Param::BigInt(lease.term),
             Param::BigInt(i64::from(seen.resign)),
             Param::BigInt(i64::from(seen.paused)),
         ];
@@ -886,20 +871,14 @@ impl DbConnection {
         written.map_err(|error| pooler::explain(error.into()))
     }
 
-    /// Keeps `holder`'s live lease in `term` for `left` more, renewed no more; whether it
-    /// was still live.
-    pub async fn hold(
-        &mut self,
-        name: &str,
-        holder: &str,
-        term: i64,
-        left: Duration,
-    ) -> Result<bool, StoreError> {
+    /// Keeps the holder's live lease in its term for `left` more, renewed no more; whether
+    /// it was still live.
+    pub async fn hold(&mut self, lease: &Lease, left: Duration) -> Result<bool, StoreError> {
         let params = vec![
             Param::BigInt(ms(left)),
-            Param::Text(name),
-            Param::Text(holder),
-            Param::BigInt(term),
+            Param::Text(&lease.name),
+            Param::Text(&lease.holder),
+            Param::BigInt(lease.term),
         ];
         Ok(self.write_backend(super::dialect::hold, params).await? == 1)
     }
@@ -937,13 +916,12 @@ impl DbConnection {
             .collect())
     }
 
-    pub async fn release(
-        &mut self,
-        name: &str,
-        holder: &str,
-        term: i64,
-    ) -> Result<bool, StoreError> {
-        let params = vec![Param::Text(name), Param::Text(holder), Param::BigInt(term)];
+    pub async fn release(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+        let params = vec![
+            Param::Text(&lease.name),
+            Param::Text(&lease.holder),
+            Param::BigInt(lease.term),
+        ];
         Ok(self.write(|d| d.release, params).await? == 1)
     }
 }
