@@ -15,6 +15,7 @@ use diesel::sql_types::{BigInt, HasSqlType, Text, Untyped};
 /// The statements of one backend.
 pub(super) struct Dialect {
     /// (name) -> holder, term, lease_ms, age_ms by the database clock, now_us, term_token,
+    /// held_ms (since the term started; NULL where `taken_at` is not the current term's),
     /// and the pending commands: paused_ms and handover_ms (time left, NULL once over),
     /// handover_to, resign_term.
     pub(super) get: &'static str,
@@ -23,6 +24,8 @@ pub(super) struct Dialect {
     pub(super) ensure_row: &'static str,
     /// (holder, term_token, lease_ms, name, expected_term, holder): take a released or
     /// lapsed lease, unless paused or handed over to another node; clears the handover.
+    /// It and the reacquire write when the term started (`taken_at`, `taken_term`), which
+    /// renewals, holds and releases keep.
     /// Its commit, and a reacquire's, must outlive a crash of the server: a term lost
     /// after it was acknowledged can be handed out again. On PostgreSQL both set
     /// `synchronous_commit` on for their own transaction, whatever the server, database
@@ -90,6 +93,9 @@ pub(super) const POSTGRES: Dialect = Dialect {
                    (EXTRACT(EPOCH FROM (clock_timestamp() - "timestamp")) * 1000)::BIGINT AS age_ms,
                    (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT AS now_us,
                    term_token,
+                   CASE WHEN taken_term = term THEN
+                       (EXTRACT(EPOCH FROM (clock_timestamp() - taken_at)) * 1000)::BIGINT
+                   END AS held_ms,
                    CASE WHEN paused_until > clock_timestamp() THEN
                        (EXTRACT(EPOCH FROM (paused_until - clock_timestamp())) * 1000)::BIGINT
                    END AS paused_ms,
@@ -108,7 +114,8 @@ pub(super) const POSTGRES: Dialect = Dialect {
     claim: r#"WITH claimed AS (
                   UPDATE service_leader_lock
                   SET term = term + 1, container_id = ?, term_token = ?, "timestamp" = clock_timestamp(),
-                      lease_ms = ?, handover_to = NULL, handover_until = NULL, resign_term = NULL
+                      lease_ms = ?, handover_to = NULL, handover_until = NULL, resign_term = NULL,
+                      taken_at = clock_timestamp(), taken_term = term + 1
                   WHERE name = ? AND term = ?
                     AND (container_id IS NULL
                          OR "timestamp" + lease_ms * INTERVAL '1 millisecond' <= clock_timestamp())
@@ -123,7 +130,8 @@ pub(super) const POSTGRES: Dialect = Dialect {
     reacquire: r#"WITH reacquired AS (
                       UPDATE service_leader_lock
                       SET term = term + 1, term_token = ?, "timestamp" = clock_timestamp(), lease_ms = ?,
-                          handover_to = NULL, handover_until = NULL, resign_term = NULL
+                          handover_to = NULL, handover_until = NULL, resign_term = NULL,
+                          taken_at = clock_timestamp(), taken_term = term + 1
                       WHERE name = ? AND container_id = ? AND term = ?
                         AND (resign_term IS NULL OR resign_term <> term)
                         AND (handover_to IS NULL OR handover_until <= clock_timestamp() OR handover_to = ?)
@@ -215,7 +223,7 @@ pub(super) const POSTGRES: Dialect = Dialect {
 };
 
 // MySQL applies SET assignments left to right, so `term` comes first while it still reads
-// the old value. NOW(6) is the statement's start: a statement that waited for a row lock
+// the old value (and `taken_term = term` after it reads the new one). NOW(6) is the statement's start: a statement that waited for a row lock
 // judges expiry by an earlier instant, which only errs towards "still live". It would also
 // write that earlier instant: a renewal whose connection was reset while it waited for the
 // row lock commits after the leader's next renewal, and would move the lease's start back
@@ -239,6 +247,9 @@ pub(super) const MYSQL: Dialect = Dialect {
                  CAST(TIMESTAMPDIFF(MICROSECOND, `timestamp`, NOW(6)) DIV 1000 AS SIGNED) AS age_ms,
                  CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED) AS now_us,
                  term_token,
+                 CASE WHEN taken_term = term THEN
+                     CAST(TIMESTAMPDIFF(MICROSECOND, taken_at, NOW(6)) DIV 1000 AS SIGNED)
+                 END AS held_ms,
                  CASE WHEN paused_until > NOW(6) THEN
                      CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), paused_until) DIV 1000 AS SIGNED)
                  END AS paused_ms,
@@ -255,7 +266,8 @@ pub(super) const MYSQL: Dialect = Dialect {
                  VALUES (?, NULL, NOW(6), 0, 0)",
     claim: "UPDATE service_leader_lock
             SET term = term + 1, container_id = ?, term_token = ?, `timestamp` = NOW(6), lease_ms = ?,
-                handover_to = NULL, handover_until = NULL, resign_term = NULL
+                handover_to = NULL, handover_until = NULL, resign_term = NULL,
+                taken_at = NOW(6), taken_term = term
             WHERE name = ? AND term = ?
               AND (container_id IS NULL
                    OR `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND <= NOW(6))
@@ -263,7 +275,8 @@ pub(super) const MYSQL: Dialect = Dialect {
               AND (handover_to IS NULL OR handover_until <= NOW(6) OR handover_to = ?)",
     reacquire: "UPDATE service_leader_lock
                 SET term = term + 1, term_token = ?, `timestamp` = NOW(6), lease_ms = ?,
-                    handover_to = NULL, handover_until = NULL, resign_term = NULL
+                    handover_to = NULL, handover_until = NULL, resign_term = NULL,
+                    taken_at = NOW(6), taken_term = term
                 WHERE name = ? AND container_id = ? AND term = ?
                   AND (resign_term IS NULL OR resign_term <> term)
                   AND (handover_to IS NULL OR handover_until <= NOW(6) OR handover_to = ?)
@@ -349,6 +362,9 @@ pub(super) const SQLITE: Dialect = Dialect {
                    CAST(ROUND((julianday('now') - julianday("timestamp")) * 86400000.0) AS INTEGER) AS age_ms,
                    CAST(ROUND((julianday('now') - 2440587.5) * 86400000000.0) AS INTEGER) AS now_us,
                    term_token,
+                   CASE WHEN taken_term = term THEN
+                       CAST(ROUND((julianday('now') - julianday(taken_at)) * 86400000.0) AS INTEGER)
+                   END AS held_ms,
                    CASE WHEN julianday(paused_until) > julianday('now') THEN
                        CAST(ROUND((julianday(paused_until) - julianday('now')) * 86400000.0) AS INTEGER)
                    END AS paused_ms,
@@ -363,7 +379,8 @@ pub(super) const SQLITE: Dialect = Dialect {
     claim: r#"UPDATE service_leader_lock
               SET term = term + 1, container_id = ?, term_token = ?,
                   "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?,
-                  handover_to = NULL, handover_until = NULL, resign_term = NULL
+                  handover_to = NULL, handover_until = NULL, resign_term = NULL,
+                  taken_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), taken_term = term + 1
               WHERE name = ? AND term = ?
                 AND (container_id IS NULL
                      OR (julianday('now') - julianday("timestamp")) * 86400000.0 >= lease_ms)
@@ -373,7 +390,8 @@ pub(super) const SQLITE: Dialect = Dialect {
     reacquire: r#"UPDATE service_leader_lock
                   SET term = term + 1, term_token = ?,
                       "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?,
-                      handover_to = NULL, handover_until = NULL, resign_term = NULL
+                      handover_to = NULL, handover_until = NULL, resign_term = NULL,
+                      taken_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), taken_term = term + 1
                   WHERE name = ? AND container_id = ? AND term = ?
                     AND (resign_term IS NULL OR resign_term <> term)
                     AND (handover_to IS NULL OR julianday(handover_until) <= julianday('now')
@@ -499,13 +517,17 @@ pub(super) fn hold(backend: super::Backend) -> &'static str {
     }
 }
 
-/// () -> name, container_id, term, lease_ms, age_ms: every row whose lease is live by the
-/// database clock, elections' and locks' (`leaderd locks`), by name.
+/// () -> name, container_id, term, lease_ms, age_ms, held_ms (as [`Dialect::get`] reads
+/// it): every row whose lease is live by the database clock, elections' and locks'
+/// (`leaderd locks`), by name.
 pub(super) fn held_rows(backend: super::Backend) -> &'static str {
     match backend {
         super::Backend::Postgres => {
             r#"SELECT name, container_id, term, lease_ms,
-                      (EXTRACT(EPOCH FROM (clock_timestamp() - "timestamp")) * 1000)::BIGINT AS age_ms
+                      (EXTRACT(EPOCH FROM (clock_timestamp() - "timestamp")) * 1000)::BIGINT AS age_ms,
+                      CASE WHEN taken_term = term THEN
+                          (EXTRACT(EPOCH FROM (clock_timestamp() - taken_at)) * 1000)::BIGINT
+                      END AS held_ms
                FROM service_leader_lock
                WHERE container_id IS NOT NULL
                  AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()
@@ -513,7 +535,10 @@ pub(super) fn held_rows(backend: super::Backend) -> &'static str {
         }
         super::Backend::Mysql => {
             "SELECT name, container_id, term, lease_ms,
-                    CAST(TIMESTAMPDIFF(MICROSECOND, `timestamp`, NOW(6)) DIV 1000 AS SIGNED) AS age_ms
+                    CAST(TIMESTAMPDIFF(MICROSECOND, `timestamp`, NOW(6)) DIV 1000 AS SIGNED) AS age_ms,
+                    CASE WHEN taken_term = term THEN
+                        CAST(TIMESTAMPDIFF(MICROSECOND, taken_at, NOW(6)) DIV 1000 AS SIGNED)
+                    END AS held_ms
              FROM service_leader_lock
              WHERE container_id IS NOT NULL
                AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)
@@ -521,7 +546,10 @@ pub(super) fn held_rows(backend: super::Backend) -> &'static str {
         }
         super::Backend::Sqlite => {
             r#"SELECT name, container_id, term, lease_ms,
-                      CAST(ROUND((julianday('now') - julianday("timestamp")) * 86400000.0) AS INTEGER) AS age_ms
+                      CAST(ROUND((julianday('now') - julianday("timestamp")) * 86400000.0) AS INTEGER) AS age_ms,
+                      CASE WHEN taken_term = term THEN
+                          CAST(ROUND((julianday('now') - julianday(taken_at)) * 86400000.0) AS INTEGER)
+                      END AS held_ms
                FROM service_leader_lock
                WHERE container_id IS NOT NULL
                  AND (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms

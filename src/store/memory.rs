@@ -24,6 +24,8 @@ struct Row {
     lease: Duration,
     /// The database time of the last claim, renewal or release (`"timestamp"`).
     renewed_at: Instant,
+    /// When the current term started (`taken_at`; `None` until a claim).
+    taken_at: Option<Instant>,
     term_token: Option<i64>,
     resign_term: Option<i64>,
     paused_until: Option<Instant>,
@@ -38,6 +40,7 @@ impl Row {
             term: 0,
             lease: Duration::ZERO,
             renewed_at: now,
+            taken_at: None,
             term_token: None,
             resign_term: None,
             paused_until: None,
@@ -80,6 +83,7 @@ impl Row {
         self.term_token = Some(lease.token.for_term(self.term));
         self.lease = lease.ttl;
         self.renewed_at = now;
+        self.taken_at = Some(now);
         self.handover_to = None;
         self.handover_until = None;
         self.resign_term = None;
@@ -95,6 +99,9 @@ impl Row {
             // One clock for everything here.
             clock_offset_us: Some(0),
             term_token: self.term_token,
+            held_for: self
+                .taken_at
+                .map(|taken| now.saturating_duration_since(taken)),
             pending: Pending {
                 paused_for: left(self.paused_until),
                 // As the SQL reads it: only while its window lasts.

@@ -47,6 +47,10 @@ pub struct LeaseRow {
     /// Which process started the current term (see [`ProcessToken::for_term`]); `None`
     /// until a node that writes it starts a term (older versions do not).
     pub term_token: Option<i64>,
+    /// Since the current term started, by the database clock; `None` for a term started
+    /// before the table had `taken_at`, or by a node of an older version (which does not
+    /// write it).
+    pub held_for: Option<Duration>,
     /// Operator commands pending on the row (see [`Pending`]).
     pub pending: Pending,
 }
@@ -92,6 +96,8 @@ pub struct HeldRow {
     pub lease: Duration,
     /// Since its last renewal.
     pub age: Duration,
+    /// Since its term started (see [`LeaseRow::held_for`]).
+    pub held: Option<Duration>,
 }
 
 impl HeldRow {

@@ -50,6 +50,8 @@ struct RowSql {
     #[diesel(sql_type = Nullable<BigInt>)]
     term_token: Option<i64>,
     #[diesel(sql_type = Nullable<BigInt>)]
+    held_ms: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
     paused_ms: Option<i64>,
     #[diesel(sql_type = Nullable<Text>)]
     handover_to: Option<String>,
@@ -71,6 +73,8 @@ struct HeldSql {
     lease_ms: i64,
     #[diesel(sql_type = BigInt)]
     age_ms: i64,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    held_ms: Option<i64>,
 }
 
 #[derive(QueryableByName)]
@@ -284,8 +288,10 @@ where
 const MYSQL_MIGRATION_RUNS: usize = 3;
 
 /// Columns later migrations added, which a table migrated for an older version lacks.
-const ADDED_COLUMNS: [&str; 7] = [
+const ADDED_COLUMNS: [&str; 9] = [
     "term_token",
+    "taken_at",
+    "taken_term",
     "paused_until",
     "handover_to",
     "handover_until",
@@ -606,6 +612,9 @@ impl DbConnection {
             age: Duration::from_millis(row.age_ms.max(0) as u64),
             clock_offset_us: Some(row.now_us - middle),
             term_token: row.term_token,
+            held_for: row
+                .held_ms
+                .map(|ms| Duration::from_millis(ms.max(0) as u64)),
             pending: Pending {
                 paused_for: row
                     .paused_ms
@@ -912,6 +921,7 @@ impl DbConnection {
                 term: row.term,
                 lease: duration(row.lease_ms),
                 age: duration(row.age_ms),
+                held: row.held_ms.map(duration),
             })
             .collect())
     }

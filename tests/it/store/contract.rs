@@ -322,6 +322,47 @@ pub(super) async fn the_term_token_tells_which_process_started_the_term(db: impl
     assert!(!row.started_by(second), "a term this process did not start");
 }
 
+/// `held_for` counts from the start of the term, by the database clock: a claim and a
+/// reacquire start it, a renewal keeps it (`leaderd locks` shows it as the time held). A
+/// term started by a node of a version without the column has none: the time the previous
+/// term left behind must not pass for this one's.
+pub(super) async fn the_time_held_counts_from_the_start_of_the_term(db: impl Table) {
+    let mut s = store(&db);
+    s.connect().await.unwrap();
+    let name = "held";
+    s.ensure_row(name).await.unwrap();
+    assert_eq!(s.get(name).await.unwrap().unwrap().held_for, None);
+    let a = lease(name, "a", TTL, 0);
+    let claimed = Instant::now();
+    assert!(s.claim(&a).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(s.renew(&a.in_term(1)).await.unwrap());
+    let row = s.get(name).await.unwrap().unwrap();
+    let held = row.held_for.expect("a claim records when the term started");
+    // Milliseconds on every backend, from two clocks that agree to well within 50 ms.
+    let margin = Duration::from_millis(50);
+    assert!(
+        held + margin >= Duration::from_millis(300) && held <= claimed.elapsed() + margin,
+        "held {held:?} after {:?}",
+        claimed.elapsed()
+    );
+    assert!(row.age < held, "a renewal keeps the term's start: {row:?}");
+
+    let reacquired = Instant::now();
+    assert!(s.reacquire(&a.in_term(1)).await.unwrap());
+    let held = s.get(name).await.unwrap().unwrap().held_for.unwrap();
+    assert!(
+        held <= reacquired.elapsed() + margin,
+        "a reacquire starts the count again: held {held:?}"
+    );
+
+    if !db.start_term_as_old_version(name, "old").await {
+        return;
+    }
+    let row = s.get(name).await.unwrap().unwrap();
+    assert_eq!((row.term, row.held_for), (3, None), "{row:?}");
+}
+
 /// `leaderd pause`: no claim of a free or lapsed lease, no reacquire of a lapsed one, while
 /// a live leader keeps renewing, stating that it has seen the pause; `resume` ends it, and
 /// a pause ends by itself when its time is up.
