@@ -1,18 +1,16 @@
 //! One open connection to whichever backend the URL names ([`DbConnection`]): opening it
-//! with its session limits, applying the migrations (so that they converge), and running each
-//! operation as one of the dialect's statements (see `dialect.rs`, which holds their SQL).
+//! with its session limits, and running each operation of the lease as one of the
+//! dialect's statements (see `dialect.rs`, which holds their SQL). Applying the migrations
+//! is in `migrate.rs`; the operator commands, the members and `leaderd locks` in
+//! `control.rs`.
 
 use diesel::QueryableByName;
 use diesel::connection::CacheSize;
 use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel_async::{
-    AnsiTransactionManager, AsyncConnection, AsyncMysqlConnection, AsyncPgConnection, RunQueryDsl,
-    SimpleAsyncConnection, TransactionManager, async_connection_wrapper::AsyncConnectionWrapper,
+    AsyncConnection, AsyncMysqlConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection,
     sync_connection_wrapper::SyncConnectionWrapper,
 };
-use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 use tracing::{debug, warn};
@@ -23,14 +21,7 @@ use super::dialect::{
 };
 use super::pooler;
 use super::{Backend, DatabaseUrl};
-use super::{
-    Commands, HeldRow, Lease, LeaseRow, Member, MemberRecord, MemberStanding, Pending,
-    ProcessToken, StoreError,
-};
-
-const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
-const MYSQL_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/mysql");
-const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
+use super::{Commands, Lease, LeaseRow, Pending, ProcessToken, StoreError};
 
 /// A term no row has: terms start at 0 and only grow.
 const NO_TERM: i64 = -1;
@@ -59,44 +50,6 @@ struct RowSql {
     handover_ms: Option<i64>,
     #[diesel(sql_type = Nullable<BigInt>)]
     resign_term: Option<i64>,
-}
-
-#[derive(QueryableByName)]
-struct HeldSql {
-    #[diesel(sql_type = Text)]
-    name: String,
-    #[diesel(sql_type = Text)]
-    container_id: String,
-    #[diesel(sql_type = BigInt)]
-    term: i64,
-    #[diesel(sql_type = BigInt)]
-    lease_ms: i64,
-    #[diesel(sql_type = BigInt)]
-    age_ms: i64,
-    #[diesel(sql_type = Nullable<BigInt>)]
-    held_ms: Option<i64>,
-}
-
-#[derive(QueryableByName)]
-struct MemberSql {
-    #[diesel(sql_type = Text)]
-    node_id: String,
-    #[diesel(sql_type = BigInt)]
-    candidate: i64,
-    #[diesel(sql_type = BigInt)]
-    priority: i64,
-    #[diesel(sql_type = Text)]
-    version: String,
-    #[diesel(sql_type = Text)]
-    host: String,
-    #[diesel(sql_type = BigInt)]
-    member_ms: i64,
-    #[diesel(sql_type = BigInt)]
-    seen_ms: i64,
-    #[diesel(sql_type = Nullable<BigInt>)]
-    no_preempt_ms: Option<i64>,
-    #[diesel(sql_type = Nullable<Text>)]
-    standing: Option<String>,
 }
 
 /// One open connection to whichever backend the URL names.
@@ -129,163 +82,8 @@ macro_rules! on_connection {
     };
 }
 
-/// The MySQL named lock through which nodes take turns to migrate.
-const MYSQL_MIGRATION_LOCK: &str = "leaderd_migrations";
-
-/// How long a node waits for another node's migrations (MySQL, SQLite).
-pub const MIGRATION_LOCK_WAIT: Duration = Duration::from_secs(10);
-
-#[derive(QueryableByName)]
-struct LockTaken {
-    #[diesel(sql_type = Nullable<BigInt>)]
-    taken: Option<i64>,
-}
-
-/// Takes MySQL's migration lock, waiting up to `wait`. GET_LOCK answers 1 once taken, 0
-/// when the wait ran out, and NULL when interrupted: by the session's statement limit,
-/// too, so that limit is lifted for this statement where MariaDB allows it (MySQL has no
-/// `SET STATEMENT`). Anything but 1 means another node may be migrating: do not migrate.
-async fn lock_mysql_migrations(
-    conn: &mut AsyncMysqlConnection,
-    wait: Duration,
-) -> Result<(), StoreError> {
-    let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
-    let get_lock =
-        format!("SELECT CAST(GET_LOCK('{MYSQL_MIGRATION_LOCK}', {seconds}) AS SIGNED) AS taken");
-    let unlimited = format!("SET STATEMENT max_statement_time = 0 FOR {get_lock}");
-    let answer: Vec<LockTaken> = match diesel::sql_query(&unlimited).load(conn).await {
-        Ok(answer) => answer,
-        Err(_) => diesel::sql_query(&get_lock).load(conn).await?,
-    };
-    match answer.as_slice() {
-        [LockTaken { taken: Some(1) }] => Ok(()),
-        _ => Err(StoreError::MigrationLockTimeout {
-            lock: format!("GET_LOCK('{MYSQL_MIGRATION_LOCK}')"),
-            waited: Duration::from_secs(seconds),
-        }),
-    }
-}
-
-#[derive(QueryableByName)]
-struct DatabaseFile {
-    #[diesel(sql_type = Text)]
-    file: String,
-}
-
-/// How often a node that waits for another's SQLite migrations tries the lock again.
-const SQLITE_LOCK_RETRY: Duration = Duration::from_millis(10);
-
-/// Takes turns with the other processes on this database file: the migration harness
-/// checks what is applied and then records it, so two first starts at once would both
-/// apply and one would fail. The lock is an exclusive `flock` on a file beside the
-/// database, not on the database itself: closing a second descriptor of it would drop
-/// SQLite's own POSIX locks. Held until the returned lock is dropped; `None` for an
-/// in-memory database, which nobody shares.
-async fn lock_sqlite_migrations(
-    conn: &mut SyncConnectionWrapper<diesel::SqliteConnection>,
-    wait: Duration,
-) -> Result<Option<Flock<std::fs::File>>, StoreError> {
-    let main: Vec<DatabaseFile> =
-        diesel::sql_query("SELECT file FROM pragma_database_list WHERE name = 'main'")
-            .load(conn)
-            .await?;
-    let Some(DatabaseFile { file }) = main.into_iter().next().filter(|f| !f.file.is_empty()) else {
-        return Ok(None);
-    };
-    let path = format!("{file}.migrations.lock");
-    let mut lock_file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|error| StoreError::Migration(Box::new(error)))?;
-    let give_up_at = tokio::time::Instant::now() + wait;
-    loop {
-        match Flock::lock(lock_file, FlockArg::LockExclusiveNonblock) {
-            Ok(locked) => return Ok(Some(locked)),
-            Err((file, Errno::EWOULDBLOCK)) if tokio::time::Instant::now() < give_up_at => {
-                lock_file = file;
-                tokio::time::sleep(SQLITE_LOCK_RETRY).await;
-            }
-            Err((_, Errno::EWOULDBLOCK)) => {
-                return Err(StoreError::MigrationLockTimeout {
-                    lock: format!("flock {path}"),
-                    waited: wait,
-                });
-            }
-            Err((_, errno)) => return Err(StoreError::Migration(Box::new(errno))),
-        }
-    }
-}
-
-/// How a backend records an applied migration: a record another node wrote first is not
-/// an error (diesel's own harness inserts it plainly, and on MySQL a duplicate would then
-/// fail every later run).
-#[derive(Clone, Copy)]
-enum Record {
-    /// `INSERT IGNORE` (MySQL/MariaDB).
-    Ignore,
-    /// `ON CONFLICT DO NOTHING` (PostgreSQL, SQLite).
-    OnConflict,
-}
-
-impl Record {
-    fn statement(self, version: &str) -> String {
-        // Versions are the digits of the embedded directories' names.
-        let version = version.replace('\'', "''");
-        match self {
-            Record::Ignore => format!(
-                "INSERT IGNORE INTO __diesel_schema_migrations (version) VALUES ('{version}')"
-            ),
-            Record::OnConflict => format!(
-                "INSERT INTO __diesel_schema_migrations (version) VALUES ('{version}') \
-                 ON CONFLICT DO NOTHING"
-            ),
-        }
-    }
-}
-
-/// Applies the migrations not recorded yet, each with its record in one transaction where
-/// the backend has transactional DDL (PostgreSQL, SQLite). On MySQL every DDL statement
-/// commits on its own, so a crash or a lost connection can leave a migration applied and
-/// unrecorded, and on a multi-primary cluster (Galera) nodes on different members migrate
-/// at once (the migration lock is per member): there every migration is written to be run
-/// again (`IF NOT EXISTS`), and its record tolerates a duplicate, so that any number of
-/// runs, interrupted or concurrent, end with the schema complete. Hands the connection
-/// back whatever happened.
-fn run_migrations<C>(
-    conn: C,
-    migrations: EmbeddedMigrations,
-    record: Record,
-) -> (C, Result<(), StoreError>)
-where
-    C: AsyncConnection + 'static,
-    AsyncConnectionWrapper<C>:
-        diesel::Connection<Backend = C::Backend> + MigrationHarness<C::Backend>,
-{
-    let mut conn = AsyncConnectionWrapper::<C>::from(conn);
-    let ran = tokio::task::block_in_place(|| -> diesel::migration::Result<()> {
-        for migration in conn.pending_migrations(migrations)? {
-            let recorded = record.statement(&migration.name().version().to_string());
-            let apply = |c: &mut AsyncConnectionWrapper<C>| -> diesel::migration::Result<()> {
-                migration.run(c)?;
-                diesel::connection::SimpleConnection::batch_execute(c, &recorded)?;
-                Ok(())
-            };
-            match migration.metadata().run_in_transaction() {
-                true => diesel::Connection::transaction(&mut conn, apply)?,
-                false => apply(&mut conn)?,
-            }
-        }
-        Ok(())
-    });
-    (conn.into_inner(), ran.map_err(StoreError::Migration))
-}
-
-/// How many times a node runs the MySQL migrations in one go: a Galera member aborts a
-/// record that conflicts with one written at once on another member ("Deadlock found"),
-/// and the next run finds the schema there.
-const MYSQL_MIGRATION_RUNS: usize = 3;
+mod control;
+mod migrate;
 
 /// Columns later migrations added, which a table migrated for an older version lacks.
 const ADDED_COLUMNS: [&str; 9] = [
@@ -378,9 +176,6 @@ fn postgres_limits(set: &str, limit_ms: i64) -> String {
     )
 }
 
-/// The key of the advisory lock through which PostgreSQL nodes take turns to migrate.
-const POSTGRES_MIGRATION_LOCK: i64 = 7026111822;
-
 fn unix_us(time: SystemTime) -> i64 {
     match time.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(since) => since.as_micros() as i64,
@@ -459,100 +254,6 @@ impl DbConnection {
             }
         };
         Ok(conn)
-    }
-
-    /// Applies the embedded migrations of this backend. Nodes that start together on one
-    /// server take turns: an advisory lock on PostgreSQL, GET_LOCK on MySQL (a lock of one
-    /// member on a multi-primary cluster, where nodes on different members migrate at once:
-    /// see [`run_migrations`] for why that converges), an exclusive flock on a file beside
-    /// the database on SQLite.
-    ///
-    /// The harness is synchronous (it blocks on the async connection inside), so it runs
-    /// on a blocking thread where a caller's timeout can still fire.
-    pub async fn migrate(self) -> Result<Self, StoreError> {
-        self.migrate_waiting(MIGRATION_LOCK_WAIT).await
-    }
-
-    /// [`DbConnection::migrate`], waiting at most `lock_wait` for another node's
-    /// migrations on MySQL (whole seconds, at least one).
-    pub async fn migrate_waiting(self, lock_wait: Duration) -> Result<Self, StoreError> {
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || handle.block_on(self.migrate_here(lock_wait))).await?
-    }
-
-    async fn migrate_here(self, lock_wait: Duration) -> Result<Self, StoreError> {
-        match self {
-            DbConnection::Postgres(mut conn) => {
-                conn.batch_execute(&format!(
-                    "SELECT pg_advisory_lock({POSTGRES_MIGRATION_LOCK})"
-                ))
-                .await?;
-                let (mut conn, ran) = run_migrations(conn, POSTGRES_MIGRATIONS, Record::OnConflict);
-                ran?;
-                conn.batch_execute(&format!(
-                    "SELECT pg_advisory_unlock({POSTGRES_MIGRATION_LOCK})"
-                ))
-                .await?;
-                Ok(DbConnection::Postgres(conn))
-            }
-            DbConnection::Mysql(mut conn) => {
-                // Nodes on one server take turns; on a multi-primary cluster the lock is
-                // the member's alone, and the migrations converge all the same.
-                lock_mysql_migrations(&mut conn, lock_wait).await?;
-                let mut runs = 0;
-                loop {
-                    runs += 1;
-                    let (back, ran) = run_migrations(conn, MYSQL_MIGRATIONS, Record::Ignore);
-                    conn = back;
-                    match ran {
-                        Ok(()) => break,
-                        // Dropping the connection releases the lock.
-                        Err(error) if runs >= MYSQL_MIGRATION_RUNS => return Err(error),
-                        Err(_) => {}
-                    }
-                }
-                conn.batch_execute(&format!("DO RELEASE_LOCK('{MYSQL_MIGRATION_LOCK}')"))
-                    .await?;
-                Ok(DbConnection::Mysql(conn))
-            }
-            DbConnection::Sqlite(mut conn) => {
-                let _turn = lock_sqlite_migrations(&mut conn, lock_wait).await?;
-                let (conn, ran) = run_migrations(conn, SQLITE_MIGRATIONS, Record::OnConflict);
-                ran?;
-                Ok(DbConnection::Sqlite(conn))
-            }
-        }
-    }
-
-    /// [`DbConnection::migrate`] through a pooler in transaction mode (PostgreSQL), where
-    /// a session advisory lock would stay behind on whichever server connection took it:
-    /// every migration runs in one transaction (the harness's own become savepoints) that
-    /// first takes the lock at transaction level, so the commit or the end of the
-    /// connection releases it.
-    pub async fn migrate_in_transaction(self) -> Result<Self, StoreError> {
-        let DbConnection::Postgres(conn) = self else {
-            return self.migrate().await;
-        };
-        let handle = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || {
-            handle.block_on(async move {
-                let mut conn = conn;
-                AnsiTransactionManager::begin_transaction(&mut conn).await?;
-                // Bounded by the server too: a client that gives up leaves its waiting
-                // backend behind, which a pooler does not end.
-                conn.batch_execute(&format!(
-                    "SET LOCAL lock_timeout = {}; \
-                     SELECT pg_advisory_xact_lock({POSTGRES_MIGRATION_LOCK})",
-                    ms(MIGRATION_LOCK_WAIT)
-                ))
-                .await?;
-                let (mut conn, ran) = run_migrations(conn, POSTGRES_MIGRATIONS, Record::OnConflict);
-                ran?;
-                AnsiTransactionManager::commit_transaction(&mut conn).await?;
-                Ok(DbConnection::Postgres(conn))
-            })
-        })
-        .await?
     }
 
     /// Through a pooler in transaction mode: opens the transaction one statement runs in,
@@ -707,50 +408,6 @@ impl DbConnection {
         Ok(self.write(|d| d.renew, params).await? == 1)
     }
 
-    /// Pauses the election for `duration` (the row must exist); whether it did.
-    pub async fn pause(&mut self, name: &str, duration: Duration) -> Result<bool, StoreError> {
-        let params = vec![Param::BigInt(ms(duration)), Param::Text(name)];
-        Ok(self.write(|d| d.pause, params).await? == 1)
-    }
-
-    pub async fn resume(&mut self, name: &str) -> Result<bool, StoreError> {
-        Ok(self.write(|d| d.resume, vec![Param::Text(name)]).await? == 1)
-    }
-
-    /// Asks `holder`, leader in `term`, to step down; `false` if that lease is not live.
-    pub async fn request_resign(
-        &mut self,
-        name: &str,
-        holder: &str,
-        term: i64,
-    ) -> Result<bool, StoreError> {
-        let params = vec![Param::Text(name), Param::Text(holder), Param::BigInt(term)];
-        Ok(self.write(|d| d.resign, params).await? == 1)
-    }
-
-    /// Asks `holder`, leader in `term`, to step down in favour of `to`, or (`offer`) only
-    /// offers `to` its lease; `false` if that lease is not live.
-    pub async fn request_handover(
-        &mut self,
-        name: &str,
-        holder: &str,
-        term: i64,
-        to: &str,
-        offer: bool,
-    ) -> Result<bool, StoreError> {
-        let params = vec![
-            Param::Text(to),
-            Param::Text(name),
-            Param::Text(holder),
-            Param::BigInt(term),
-        ];
-        let statement = match offer {
-            true => |d: &Dialect| d.offer_handover,
-            false => |d: &Dialect| d.handover,
-        };
-        Ok(self.write(statement, params).await? == 1)
-    }
-
     /// `node` accepts the handover offered to it of the live lease in `term`.
     pub async fn accept_handover(
         &mut self,
@@ -782,74 +439,6 @@ impl DbConnection {
                     .await?;
             }
         }
-        Ok(())
-    }
-
-    pub async fn record_member(
-        &mut self,
-        record: &MemberRecord,
-        fresh: bool,
-    ) -> Result<(), StoreError> {
-        let params = vec![
-            Param::Text(&record.election),
-            Param::Text(&record.node_id),
-            Param::BigInt(i64::from(record.candidate())),
-            Param::BigInt(record.priority),
-            Param::Text(&record.version),
-            Param::Text(&record.host),
-            Param::Text(record.standing.as_str()),
-            Param::BigInt(i64::from(fresh)),
-        ];
-        self.write(|d| d.record_member, params).await?;
-        Ok(())
-    }
-
-    pub async fn hold_preemption(
-        &mut self,
-        election: &str,
-        node_id: &str,
-        hold: Duration,
-    ) -> Result<(), StoreError> {
-        let params = vec![
-            Param::BigInt(ms(hold)),
-            Param::Text(election),
-            Param::Text(node_id),
-        ];
-        self.write(|d| d.hold_preemption, params).await?;
-        Ok(())
-    }
-
-    pub async fn members(&mut self, election: &str) -> Result<Vec<Member>, StoreError> {
-        let rows: Vec<MemberSql> = on_connection!(self, |c, d| {
-            Statement::new(d.members, vec![Param::Text(election)])
-                .load(c)
-                .await
-                .map_err(|error| missing_column(error.into()))?
-        });
-        let duration = |ms: i64| Duration::from_millis(ms.max(0) as u64);
-        Ok(rows
-            .into_iter()
-            .map(|row| Member {
-                node_id: row.node_id,
-                candidate: row.candidate != 0,
-                standing: row.standing.as_deref().and_then(MemberStanding::parse),
-                priority: row.priority,
-                version: row.version,
-                host: row.host,
-                member_for: duration(row.member_ms),
-                seen_ago: duration(row.seen_ms),
-                no_preempt_for: row.no_preempt_ms.map(duration),
-            })
-            .collect())
-    }
-
-    pub async fn prune_members(
-        &mut self,
-        election: &str,
-        older_than: Duration,
-    ) -> Result<(), StoreError> {
-        let params = vec![Param::Text(election), Param::BigInt(ms(older_than))];
-        self.write(|d| d.prune_members, params).await?;
         Ok(())
     }
 
@@ -890,40 +479,6 @@ impl DbConnection {
             Param::BigInt(lease.term),
         ];
         Ok(self.write_backend(super::dialect::hold, params).await? == 1)
-    }
-
-    /// Every live lease, elections' and locks', by name.
-    pub async fn held_rows(&mut self) -> Result<Vec<HeldRow>, StoreError> {
-        let rows: Vec<HeldSql> = match self {
-            DbConnection::Postgres(c) => {
-                Statement::new(super::dialect::held_rows(Backend::Postgres), vec![])
-                    .load(c)
-                    .await
-            }
-            DbConnection::Mysql(c) => {
-                Statement::new(super::dialect::held_rows(Backend::Mysql), vec![])
-                    .load(c)
-                    .await
-            }
-            DbConnection::Sqlite(c) => {
-                Statement::new(super::dialect::held_rows(Backend::Sqlite), vec![])
-                    .load(c)
-                    .await
-            }
-        }
-        .map_err(|error| pooler::explain(error.into()))?;
-        let duration = |ms: i64| Duration::from_millis(ms.max(0) as u64);
-        Ok(rows
-            .into_iter()
-            .map(|row| HeldRow {
-                name: row.name,
-                holder: row.container_id,
-                term: row.term,
-                lease: duration(row.lease_ms),
-                age: duration(row.age_ms),
-                held: row.held_ms.map(duration),
-            })
-            .collect())
     }
 
     pub async fn release(&mut self, lease: &Lease) -> Result<bool, StoreError> {
