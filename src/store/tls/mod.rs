@@ -68,6 +68,10 @@ pub enum TlsError {
     },
     #[error("{0}")]
     Conflict(&'static str),
+    /// A MySQL URL that mysql_async refuses (a bad value of one of its own switches, or a
+    /// parameter it does not know).
+    #[error("{0}")]
+    MysqlUrl(String),
     #[error("cannot set up TLS: {0}")]
     Setup(String),
     #[error("cannot read {param} file {path}: {source}")]

@@ -2,7 +2,6 @@
 //! URL for the driver.
 
 use std::path::PathBuf;
-use std::str::FromStr;
 
 use super::{Mode, Names, Roots, TlsError, TlsParams};
 use crate::store::Backend;
@@ -11,8 +10,10 @@ use crate::store::Backend;
 /// them, for the driver, and the settings they make.
 ///
 /// PostgreSQL: `sslmode`, `sslrootcert` (a file, or `system`), `sslcert`, `sslkey`.
-/// MySQL/MariaDB: `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key` (also with `_`), and
-/// mysql_async's own `require_ssl`, `verify_ca`, `verify_identity`, `built_in_roots`.
+/// MySQL/MariaDB: `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key` (also with `_`). mysql_async's
+/// own switches (`require_ssl`, `verify_ca`, `verify_identity`, `built_in_roots`) stay in
+/// the URL: `mysql_async::Opts::from_url` reads them (and refuses a bad value or an unknown
+/// parameter), and the mode is taken from what it read (see [`mysql_native_mode`]).
 pub fn split(url: &str, backend: Backend) -> Result<(String, TlsParams), TlsError> {
     let (base, query) = match url.split_once('?') {
         Some((base, query)) => (base, query),
@@ -22,9 +23,6 @@ pub fn split(url: &str, backend: Backend) -> Result<(String, TlsParams), TlsErro
     let mut mode = None;
     let mut root = None;
     let (mut cert, mut key) = (None, None);
-    // mysql_async's own switches, in its defaults.
-    let (mut require_ssl, mut verify_ca, mut verify_identity) = (None, true, true);
-    let mut built_in_roots = true;
     for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         let Some((name, value)) = url::form_urlencoded::parse(pair.as_bytes()).next() else {
             continue;
@@ -34,13 +32,6 @@ pub fn split(url: &str, backend: Backend) -> Result<(String, TlsParams), TlsErro
             _ => name.into_owned(),
         };
         let value = value.into_owned();
-        let flag = |param: &'static str| {
-            bool::from_str(&value).map_err(|_| TlsError::BadParam {
-                param,
-                value: value.clone(),
-                expected: "true or false",
-            })
-        };
         match (backend, name.as_str()) {
             (Backend::Postgres, "sslmode") => {
                 mode = Some(match value.as_str() {
@@ -86,28 +77,27 @@ pub fn split(url: &str, backend: Backend) -> Result<(String, TlsParams), TlsErro
             (Backend::Postgres, "sslkey") | (Backend::Mysql, "ssl-key") => {
                 key = Some(PathBuf::from(value))
             }
-            (Backend::Mysql, "require-ssl") => require_ssl = Some(flag("require_ssl")?),
-            (Backend::Mysql, "verify-ca") => verify_ca = flag("verify_ca")?,
-            (Backend::Mysql, "verify-identity") => verify_identity = flag("verify_identity")?,
-            (Backend::Mysql, "built-in-roots") => built_in_roots = flag("built_in_roots")?,
             _ => kept.push(pair),
         }
     }
-    if let Some(required) = require_ssl {
-        if mode.is_some() {
+    let url = match kept.is_empty() {
+        true => base.to_owned(),
+        false => format!("{base}?{}", kept.join("&")),
+    };
+    let native = match backend {
+        Backend::Mysql => mysql_native_mode(&url)?,
+        _ => None,
+    };
+    let (mode, built_in_roots) = match (mode, native) {
+        (Some(_), Some(_)) => {
             return Err(TlsError::Conflict(
                 "give either ssl-mode or require_ssl, not both",
             ));
         }
-        // mysql_async's meaning: require_ssl verifies everything unless told otherwise.
-        mode = Some(match (required, verify_ca, verify_identity) {
-            (false, ..) => Mode::Disable,
-            (true, false, _) => Mode::Require,
-            (true, true, false) => Mode::VerifyCa,
-            (true, true, true) => Mode::VerifyFull,
-        });
-    }
-    let mode = mode.unwrap_or(Mode::Prefer);
+        (Some(mode), None) => (mode, true),
+        (None, Some((mode, built_in_roots))) => (mode, built_in_roots),
+        (None, None) => (Mode::Prefer, true),
+    };
     let roots = match root {
         Some(roots) => roots,
         None if !built_in_roots && mode >= Mode::VerifyCa => {
@@ -126,10 +116,6 @@ pub fn split(url: &str, backend: Backend) -> Result<(String, TlsParams), TlsErro
                 _ => "sslcert and sslkey go together: give both or neither",
             }));
         }
-    };
-    let url = match kept.is_empty() {
-        true => base.to_owned(),
-        false => format!("{base}?{}", kept.join("&")),
     };
     Ok((
         url,
@@ -155,4 +141,24 @@ impl TlsParams {
             Roots::File(path) => format!("the CAs in {} {}", names.root, path.display()),
         }
     }
+}
+
+/// The mode mysql_async's own switches ask for, as `Opts::from_url` read them from `url`
+/// (the URL without the `ssl-*` parameters), and whether they let it trust the system's
+/// CAs; `None` without `require_ssl=true`. With mysql_async's meaning: `require_ssl=true`
+/// alone verifies everything, `verify_ca=false` lowers it to REQUIRED, and
+/// `verify_identity=false` to VERIFY_CA. mysql_async reads the other switches only with
+/// `require_ssl=true`, and cannot tell `require_ssl=false` from its absence: both leave
+/// leaderd's default, PREFERRED (`ssl-mode=DISABLED` turns TLS off).
+fn mysql_native_mode(url: &str) -> Result<Option<(Mode, bool)>, TlsError> {
+    let opts =
+        mysql_async::Opts::from_url(url).map_err(|error| TlsError::MysqlUrl(error.to_string()))?;
+    Ok(opts.ssl_opts().map(|ssl| {
+        let mode = match (ssl.accept_invalid_certs(), ssl.skip_domain_validation()) {
+            (true, _) => Mode::Require,
+            (false, true) => Mode::VerifyCa,
+            (false, false) => Mode::VerifyFull,
+        };
+        (mode, !ssl.disable_built_in_roots())
+    }))
 }

@@ -78,3 +78,28 @@ fn mysql_parameters_in_both_spellings() {
     let (_, default) = split("mysql://h/db", Backend::Mysql).unwrap();
     assert_eq!(default.mode, Mode::Prefer);
 }
+
+/// mysql_async's own switches are read by mysql_async (`Opts::from_url`), with its
+/// meaning: leaderd takes the mode from what it read, and its refusals of a bad value.
+#[test]
+fn mysql_async_switches_are_read_by_the_driver() {
+    let mode = |query: &str| split(&format!("mysql://h/db?{query}"), Backend::Mysql);
+    let (rest, required) = mode("require_ssl=true&verify_ca=false").unwrap();
+    assert_eq!(rest, "mysql://h/db?require_ssl=true&verify_ca=false");
+    assert_eq!(required.mode, Mode::Require);
+    assert_eq!(mode("require_ssl=true").unwrap().1.mode, Mode::VerifyFull);
+    assert_eq!(mode("require_ssl=false").unwrap().1.mode, Mode::Prefer);
+    let error = mode("require_ssl=maybe").unwrap_err().to_string();
+    assert!(
+        error.contains("require_ssl") && error.contains("maybe"),
+        "{error}"
+    );
+    assert!(
+        mode("require_ssl=true&built_in_roots=false")
+            .unwrap_err()
+            .to_string()
+            .contains("ssl-ca")
+    );
+    let (_, rooted) = mode("require_ssl=true&built_in_roots=false&ssl-ca=ca.pem").unwrap();
+    assert_eq!(rooted.roots, Roots::File("ca.pem".into()));
+}
