@@ -11,7 +11,7 @@
 //!   `dialect.rs` holds; `shared.rs`: many elections over a few connections.
 //! - `url.rs`, `tls.rs`: the [`DatabaseUrl`] and the TLS it asks for; `pooler.rs`,
 //!   `notify.rs`, `wakeup.rs`: transaction poolers, and waking waiting nodes.
-//! - `memory.rs`: the same table in memory, for tests.
+//! - `memory/`: the same tables in memory, for tests (`table.rs`: statement by statement).
 
 mod dialect;
 mod error;
