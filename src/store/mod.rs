@@ -8,7 +8,7 @@
 //! - `lease.rs`, `member.rs`: the rows as read and written; `error.rs`: [`StoreError`].
 //! - `lease_store.rs`: the traits, [`LeaseStore`] and [`ControlStore`].
 //! - `sql_store.rs`: [`SqlStore`], over one [`DbConnection`] (`sql/`), whose statements
-//!   `dialect.rs` holds; `shared.rs`: many elections over a few connections.
+//!   `dialect/` holds; `shared.rs`: many elections over a few connections.
 //! - `url.rs`, `tls.rs`: the [`DatabaseUrl`] and the TLS it asks for; `pooler.rs`,
 //!   `notify.rs`, `wakeup.rs`: transaction poolers, and waking waiting nodes.
 //! - `memory/`: the same tables in memory, for tests (`table.rs`: statement by statement).

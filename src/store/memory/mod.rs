@@ -1,5 +1,5 @@
 //! The lease table in memory: [`Table`] states, statement by statement, what the SQL in
-//! `dialect.rs` does to the election's row and the members table, with the database clock
+//! `dialect/` does to the election's row and the members table, with the database clock
 //! passed in; [`MemoryStore`] serves it as a [`LeaseStore`] and a [`ControlStore`] on
 //! tokio's clock (so it works with paused time), with faults that can be switched on per
 //! handle. The store contract tests (`tests/it/store/contract.rs`) hold it to the same

@@ -1,4 +1,4 @@
-//! The tables of `dialect.rs`, statement by statement, in memory: each method of
+//! The tables of `dialect/`, statement by statement, in memory: each method of
 //! [`Table`] is one statement, run at the database time it is given.
 
 use std::collections::BTreeMap;
@@ -119,7 +119,7 @@ struct MemberRow {
     no_preempt_until: Option<Instant>,
 }
 
-/// The tables, statement by statement. Every method is one statement of `dialect.rs`, run
+/// The tables, statement by statement. Every method is one statement of `dialect/`, run
 /// at database time `now`, and answers what the SQL answers (for a write: whether it
 /// matched the row).
 #[derive(Debug, Default, Clone)]

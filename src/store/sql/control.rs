@@ -7,8 +7,8 @@ use diesel_async::RunQueryDsl;
 use std::time::Duration;
 
 use super::{DbConnection, missing_column, ms};
-use crate::store::dialect::{self, Dialect, MYSQL, POSTGRES, Param, SQLITE, Statement};
-use crate::store::{Backend, HeldRow, Member, MemberRecord, MemberStanding, StoreError, pooler};
+use crate::store::dialect::{Dialect, MYSQL, POSTGRES, Param, SQLITE, Statement};
+use crate::store::{HeldRow, Member, MemberRecord, MemberStanding, StoreError, pooler};
 
 #[derive(QueryableByName)]
 struct HeldSql {
@@ -163,24 +163,12 @@ impl DbConnection {
 
     /// Every live lease, elections' and locks', by name.
     pub async fn held_rows(&mut self) -> Result<Vec<HeldRow>, StoreError> {
-        let rows: Vec<HeldSql> = match self {
-            DbConnection::Postgres(c) => {
-                Statement::new(dialect::held_rows(Backend::Postgres), vec![])
-                    .load(c)
-                    .await
-            }
-            DbConnection::Mysql(c) => {
-                Statement::new(dialect::held_rows(Backend::Mysql), vec![])
-                    .load(c)
-                    .await
-            }
-            DbConnection::Sqlite(c) => {
-                Statement::new(dialect::held_rows(Backend::Sqlite), vec![])
-                    .load(c)
-                    .await
-            }
-        }
-        .map_err(|error| pooler::explain(error.into()))?;
+        let rows: Vec<HeldSql> = on_connection!(self, |c, d| {
+            Statement::new(d.held_rows, vec![])
+                .load(c)
+                .await
+                .map_err(|error| pooler::explain(missing_column(error.into())))?
+        });
         let duration = |ms: i64| Duration::from_millis(ms.max(0) as u64);
         Ok(rows
             .into_iter()

@@ -1,6 +1,6 @@
 //! One open connection to whichever backend the URL names ([`DbConnection`]): opening it
 //! with its session limits, and running each operation of the lease as one of the
-//! dialect's statements (see `dialect.rs`, which holds their SQL). Applying the migrations
+//! dialect's statements (see `dialect/`, which holds their SQL). Applying the migrations
 //! is in `migrate.rs`; the operator commands, the members and `leaderd locks` in
 //! `control.rs`.
 
@@ -230,7 +230,7 @@ impl DbConnection {
                         .await?;
                 }
                 // Lease times are DATETIME(6) compared with NOW(6): every connection runs
-                // in UTC whatever the server's zone (see dialect.rs, "TIME ZONES").
+                // in UTC whatever the server's zone (see dialect/mysql.rs, "TIME ZONES").
                 conn.batch_execute(&format!(
                     "SET SESSION innodb_lock_wait_timeout = {}, time_zone = '+00:00'",
                     (limit + 999) / 1000
@@ -442,33 +442,6 @@ impl DbConnection {
         Ok(())
     }
 
-    /// Runs a statement the dialect gives per backend (see `dialect::hold`); how many
-    /// rows it matched.
-    async fn write_backend(
-        &mut self,
-        statement: fn(Backend) -> &'static str,
-        params: Vec<Param<'_>>,
-    ) -> Result<usize, StoreError> {
-        let written = match self {
-            DbConnection::Postgres(c) => {
-                Statement::new(statement(Backend::Postgres), params)
-                    .execute(c)
-                    .await
-            }
-            DbConnection::Mysql(c) => {
-                Statement::new(statement(Backend::Mysql), params)
-                    .execute(c)
-                    .await
-            }
-            DbConnection::Sqlite(c) => {
-                Statement::new(statement(Backend::Sqlite), params)
-                    .execute(c)
-                    .await
-            }
-        };
-        written.map_err(|error| pooler::explain(error.into()))
-    }
-
     /// Keeps the holder's live lease in its term for `left` more, renewed no more; whether
     /// it was still live.
     pub async fn hold(&mut self, lease: &Lease, left: Duration) -> Result<bool, StoreError> {
@@ -478,7 +451,7 @@ impl DbConnection {
             Param::Text(&lease.holder),
             Param::BigInt(lease.term),
         ];
-        Ok(self.write_backend(super::dialect::hold, params).await? == 1)
+        Ok(self.write(|d| d.hold, params).await? == 1)
     }
 
     pub async fn release(&mut self, lease: &Lease) -> Result<bool, StoreError> {
