@@ -12,7 +12,9 @@
 //!
 //! - [`store`]: the lease table as single-statement operations ([`LeaseStore`]), over one
 //!   connection to PostgreSQL, MySQL/MariaDB or SQLite ([`SqlStore`]), with every
-//!   backend's SQL in one file, and the [`DatabaseUrl`] that names the database.
+//!   statement of the protocol, for each backend, in `store/dialect/` (the session
+//!   plumbing stands beside its code; that module's doc names each place), and the
+//!   [`DatabaseUrl`] that names the database.
 //! - [`election`]: one node's part in an election: its [`ElectionSettings`], the rounds it
 //!   sends, the state machine of its candidacy, and the loop ([`Election`]) that publishes
 //!   its [`Status`] on a watch channel.

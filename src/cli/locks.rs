@@ -1,6 +1,6 @@
 //! `leaderd locks`: every live lease in the table, elections' and locks' alike, as the
-//! database sees it now: who holds it, in which term, since when it was last renewed and
-//! how long it has left. Read through the read-only store, so a role that may only SELECT
+//! database sees it now: who holds it, in which term, for how long it has held it, since
+//! when it was last renewed and how long it has left. Read through the read-only store, so a role that may only SELECT
 //! can ask, from any host.
 
 use anyhow::Context;
@@ -29,6 +29,9 @@ struct HeldReport {
     row: String,
     holder: String,
     term: i64,
+    /// Since the holder took the lease (its term started), by the database clock; `null`
+    /// for a term started before the table recorded it (or by an older leaderd).
+    held_ms: Option<u64>,
     /// Since the holder last renewed (or took) the lease, by the database clock.
     renewed_ms: u64,
     /// How long the lease has left unless renewed (a `--hold-at-least` runs it out).
@@ -56,6 +59,7 @@ pub(super) async fn locks(config: Config, args: LocksArgs) -> anyhow::Result<()>
                 kind,
                 holder: row.holder.clone(),
                 term: row.term,
+                held_ms: row.held.map(ms),
                 renewed_ms: ms(row.age),
                 left_ms: ms(row.remaining()),
                 lease_ms: ms(row.lease),
@@ -77,17 +81,18 @@ pub(super) async fn locks(config: Config, args: LocksArgs) -> anyhow::Result<()>
     let name_w = width(|r| r.name.chars().count(), "NAME");
     let holder_w = width(|r| r.holder.chars().count(), "HOLDER");
     println!(
-        "{:<name_w$}  {:<8}  {:<holder_w$}  {:>6}  {:>10}  {:>10}",
-        "NAME", "KIND", "HOLDER", "TERM", "RENEWED", "LEFT"
+        "{:<name_w$}  {:<8}  {:<holder_w$}  {:>6}  {:>10}  {:>10}  {:>10}",
+        "NAME", "KIND", "HOLDER", "TERM", "HELD", "RENEWED", "LEFT"
     );
     let seconds = |ms: u64| format!("{:.1}s", ms as f64 / 1000.0);
     for r in &reports {
         println!(
-            "{:<name_w$}  {:<8}  {:<holder_w$}  {:>6}  {:>10}  {:>10}",
+            "{:<name_w$}  {:<8}  {:<holder_w$}  {:>6}  {:>10}  {:>10}  {:>10}",
             r.name,
             r.kind,
             r.holder,
             r.term,
+            r.held_ms.map_or_else(|| "-".to_owned(), seconds),
             format!("{} ago", seconds(r.renewed_ms)),
             seconds(r.left_ms),
         );

@@ -133,21 +133,19 @@ async fn execute<S: LeaseStore>(
     durable: Option<&mut watch::Receiver<u64>>,
     statement: Statement,
 ) -> Result<Reply, StoreError> {
-    let (name, me, ttl) = (
-        settings.name.as_str(),
-        settings.node_id.as_str(),
-        settings.ttl,
-    );
+    let (name, me) = (settings.name.as_str(), settings.node_id.as_str());
     Ok(match statement {
-        Statement::Renew { term, seen } => {
-            Reply::Done(store.renew_seeing(name, me, ttl, term, seen).await?)
-        }
+        Statement::Renew { term, seen } => Reply::Done(
+            store
+                .renew_seeing(&settings.lease(token, term), seen)
+                .await?,
+        ),
         Statement::Read => Reply::Row(store.get(name).await?),
         Statement::Reacquire { term } => {
-            Reply::Done(store.reacquire(name, me, token, ttl, term).await?)
+            Reply::Done(store.reacquire(&settings.lease(token, term)).await?)
         }
         Statement::Claim { expected } => {
-            Reply::Done(store.claim(name, me, token, ttl, expected).await?)
+            Reply::Done(store.claim(&settings.lease(token, expected)).await?)
         }
         Statement::AcceptHandover { term } => {
             Reply::Done(store.accept_handover(name, me, term).await?)
@@ -158,7 +156,8 @@ async fn execute<S: LeaseStore>(
         }
         // A lease that cannot be released in time lapses by itself.
         Statement::Release { term } => {
-            let release = timeout(STOP_RELEASE, store.release(name, me, term));
+            let lease = settings.lease(token, term);
+            let release = timeout(STOP_RELEASE, store.release(&lease));
             let released = release.await.unwrap_or(Err(StoreError::QueryTimeout {
                 after: STOP_RELEASE,
             }));

@@ -6,6 +6,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::store::{Lease, ProcessToken};
+
 /// The longest election name or node id: both go into VARCHAR(100) columns (see the
 /// migrations). MySQL's `INSERT IGNORE` would cut a longer name short, and the row it
 /// made would never be found again.
@@ -60,6 +62,18 @@ impl ElectionSettings {
             interval,
             poll: interval,
         })
+    }
+
+    /// This node's lease on the election's row in `term`, its terms marked with `token`:
+    /// what each write of the election states.
+    pub(crate) fn lease(&self, token: ProcessToken, term: i64) -> Lease {
+        Lease {
+            name: self.name.clone(),
+            holder: self.node_id.clone(),
+            token,
+            ttl: self.ttl,
+            term,
+        }
     }
 
     /// How much earlier than `sent + ttl` this node stops acting as leader. It covers the

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
-use crate::store::{Commands, LeaseRow, LeaseStore, ProcessToken, StoreError};
+use crate::store::{Commands, Lease, LeaseRow, LeaseStore, StoreError};
 
 /// The store a lock's election runs on: its release becomes a hold (see
 /// [`LockGuard::release_holding`]) once a hold is set and still ahead.
@@ -23,39 +23,16 @@ impl<S: LeaseStore> LeaseStore for HoldingStore<S> {
         self.inner.ensure_row(name).await
     }
 
-    async fn claim(
-        &mut self,
-        name: &str,
-        holder: &str,
-        token: ProcessToken,
-        ttl: Duration,
-        expected_term: i64,
-    ) -> Result<bool, StoreError> {
-        self.inner
-            .claim(name, holder, token, ttl, expected_term)
-            .await
+    async fn claim(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+        self.inner.claim(lease).await
     }
 
-    async fn reacquire(
-        &mut self,
-        name: &str,
-        holder: &str,
-        token: ProcessToken,
-        ttl: Duration,
-        term: i64,
-    ) -> Result<bool, StoreError> {
-        self.inner.reacquire(name, holder, token, ttl, term).await
+    async fn reacquire(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+        self.inner.reacquire(lease).await
     }
 
-    async fn renew_seeing(
-        &mut self,
-        name: &str,
-        holder: &str,
-        ttl: Duration,
-        term: i64,
-        seen: Commands,
-    ) -> Result<bool, StoreError> {
-        self.inner.renew_seeing(name, holder, ttl, term, seen).await
+    async fn renew_seeing(&mut self, lease: &Lease, seen: Commands) -> Result<bool, StoreError> {
+        self.inner.renew_seeing(lease, seen).await
     }
 
     async fn accept_handover(
@@ -67,23 +44,17 @@ impl<S: LeaseStore> LeaseStore for HoldingStore<S> {
         self.inner.accept_handover(name, node, term).await
     }
 
-    async fn release(&mut self, name: &str, holder: &str, term: i64) -> Result<bool, StoreError> {
+    async fn release(&mut self, lease: &Lease) -> Result<bool, StoreError> {
         let until = *self.hold_until.lock().unwrap_or_else(|e| e.into_inner());
         let left = until.map(|until| until.saturating_duration_since(Instant::now()));
         match left {
-            Some(left) if !left.is_zero() => self.inner.hold(name, holder, term, left).await,
-            _ => self.inner.release(name, holder, term).await,
+            Some(left) if !left.is_zero() => self.inner.hold(lease, left).await,
+            _ => self.inner.release(lease).await,
         }
     }
 
-    async fn hold(
-        &mut self,
-        name: &str,
-        holder: &str,
-        term: i64,
-        left: Duration,
-    ) -> Result<bool, StoreError> {
-        self.inner.hold(name, holder, term, left).await
+    async fn hold(&mut self, lease: &Lease, left: Duration) -> Result<bool, StoreError> {
+        self.inner.hold(lease, left).await
     }
 
     fn release_notifications(&self, name: &str) -> Option<tokio::sync::mpsc::Receiver<()>> {

@@ -15,8 +15,8 @@ use super::database::{Db, judge_new_term};
 use super::schedule::{Event, Fault};
 use super::world::World;
 use crate::store::{
-    Commands, ControlStore, LeaseRow, LeaseStore, Member, MemberRecord, ProcessToken,
-    StepDownRequest, StoreError,
+    Commands, ControlStore, Lease, LeaseRow, LeaseStore, Member, MemberRecord, StepDownRequest,
+    StoreError,
 };
 
 /// Time to open a connection.
@@ -232,70 +232,48 @@ impl LeaseStore for SimStore {
         .await
     }
 
-    async fn claim(
-        &mut self,
-        name: &str,
-        holder: &str,
-        token: ProcessToken,
-        ttl: Duration,
-        expected_term: i64,
-    ) -> Result<bool, StoreError> {
-        let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.statement(format!("claim {expected_term}"), true, move |db, now| {
-            let before = db.table.lease_row(&name, now);
-            let claimed = db
-                .table
-                .claim(now, &name, &holder, token, ttl, expected_term);
+    async fn claim(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+        let lease = lease.clone();
+        self.statement(format!("claim {}", lease.term), true, move |db, now| {
+            let before = db.table.lease_row(&lease.name, now);
+            let claimed = db.table.claim(now, &lease);
             if claimed {
-                judge_new_term(db, before, &holder, None);
+                judge_new_term(db, before, &lease.holder, None);
             }
             claimed
         })
         .await
     }
 
-    async fn reacquire(
-        &mut self,
-        name: &str,
-        holder: &str,
-        token: ProcessToken,
-        ttl: Duration,
-        term: i64,
-    ) -> Result<bool, StoreError> {
-        let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.statement(format!("reacquire {term}"), true, move |db, now| {
-            let before = db.table.lease_row(&name, now);
-            let reacquired = db.table.reacquire(now, &name, &holder, token, ttl, term);
+    async fn reacquire(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+        let lease = lease.clone();
+        self.statement(format!("reacquire {}", lease.term), true, move |db, now| {
+            let before = db.table.lease_row(&lease.name, now);
+            let reacquired = db.table.reacquire(now, &lease);
             if reacquired {
-                judge_new_term(db, before, &holder, Some(term));
+                judge_new_term(db, before, &lease.holder, Some(lease.term));
             }
             reacquired
         })
         .await
     }
 
-    async fn renew_seeing(
-        &mut self,
-        name: &str,
-        holder: &str,
-        ttl: Duration,
-        term: i64,
-        seen: Commands,
-    ) -> Result<bool, StoreError> {
-        let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.statement(format!("renew {term} {seen:?}"), false, move |db, now| {
-            db.table.renew(now, &name, &holder, ttl, term, seen)
+    async fn renew_seeing(&mut self, lease: &Lease, seen: Commands) -> Result<bool, StoreError> {
+        let lease = lease.clone();
+        let described = format!("renew {} {seen:?}", lease.term);
+        self.statement(described, false, move |db, now| {
+            db.table.renew(now, &lease, seen)
         })
         .await
     }
 
-    async fn release(&mut self, name: &str, holder: &str, term: i64) -> Result<bool, StoreError> {
-        let (name, holder) = (name.to_owned(), holder.to_owned());
+    async fn release(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+        let lease = lease.clone();
         let notifies = self.world.scenario.notifies;
-        self.statement(format!("release {term}"), false, move |db, now| {
-            let released = db.table.release(now, &name, &holder, term);
+        self.statement(format!("release {}", lease.term), false, move |db, now| {
+            let released = db.table.release(now, &lease);
             if released && notifies {
-                db.notify(&name);
+                db.notify(&lease.name);
             }
             released
         })

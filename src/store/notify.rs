@@ -15,7 +15,7 @@ use tracing::{debug, info};
 
 use super::DatabaseUrl;
 
-/// The channel the release statement notifies (see `dialect.rs`); the payload is the name.
+/// The channel the release statement notifies (see `dialect/`); the payload is the name.
 pub const CHANNEL: &str = "leaderd_release";
 /// How often an idle listener checks its connection: a connection that died without a
 /// FIN or RST would otherwise go unnoticed.

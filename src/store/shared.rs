@@ -12,9 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::Mutex;
 
-use super::{
-    Commands, DatabaseUrl, LeaseRow, LeaseStore, ProcessToken, SqlStore, StoreError, Timeouts,
-};
+use super::{Commands, DatabaseUrl, Lease, LeaseRow, LeaseStore, SqlStore, StoreError, Timeouts};
 
 /// A cheap-to-clone handle; every clone shares the same connections.
 #[derive(Clone)]
@@ -43,20 +41,6 @@ impl SharedStore {
 }
 
 impl LeaseStore for SharedStore {
-    async fn hold(
-        &mut self,
-        name: &str,
-        holder: &str,
-        term: i64,
-        left: Duration,
-    ) -> Result<bool, StoreError> {
-        self.pick()
-            .lock()
-            .await
-            .hold(name, holder, term, left)
-            .await
-    }
-
     async fn get(&mut self, name: &str) -> Result<Option<LeaseRow>, StoreError> {
         self.pick().lock().await.get(name).await
     }
@@ -65,52 +49,16 @@ impl LeaseStore for SharedStore {
         self.pick().lock().await.ensure_row(name).await
     }
 
-    async fn claim(
-        &mut self,
-        name: &str,
-        holder: &str,
-        token: ProcessToken,
-        ttl: Duration,
-        expected_term: i64,
-    ) -> Result<bool, StoreError> {
-        let connection = self.pick();
-        connection
-            .lock()
-            .await
-            .claim(name, holder, token, ttl, expected_term)
-            .await
+    async fn claim(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+        self.pick().lock().await.claim(lease).await
     }
 
-    async fn reacquire(
-        &mut self,
-        name: &str,
-        holder: &str,
-        token: ProcessToken,
-        ttl: Duration,
-        term: i64,
-    ) -> Result<bool, StoreError> {
-        let connection = self.pick();
-        connection
-            .lock()
-            .await
-            .reacquire(name, holder, token, ttl, term)
-            .await
+    async fn reacquire(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+        self.pick().lock().await.reacquire(lease).await
     }
 
-    async fn renew_seeing(
-        &mut self,
-        name: &str,
-        holder: &str,
-        ttl: Duration,
-        term: i64,
-        seen: Commands,
-    ) -> Result<bool, StoreError> {
-        let connection = self.pick();
-        connection
-            .lock()
-            .await
-            .renew_seeing(name, holder, ttl, term, seen)
-            .await
+    async fn renew_seeing(&mut self, lease: &Lease, seen: Commands) -> Result<bool, StoreError> {
+        self.pick().lock().await.renew_seeing(lease, seen).await
     }
 
     async fn accept_handover(
@@ -127,8 +75,11 @@ impl LeaseStore for SharedStore {
             .await
     }
 
-    async fn release(&mut self, name: &str, holder: &str, term: i64) -> Result<bool, StoreError> {
-        let connection = self.pick();
-        connection.lock().await.release(name, holder, term).await
+    async fn release(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+        self.pick().lock().await.release(lease).await
+    }
+
+    async fn hold(&mut self, lease: &Lease, left: Duration) -> Result<bool, StoreError> {
+        self.pick().lock().await.hold(lease, left).await
     }
 }

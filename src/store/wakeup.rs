@@ -4,7 +4,7 @@
 //!
 //! - MySQL/MariaDB: a named lock, `GET_LOCK`, on a side connection (one per node and
 //!   election). Names are server-wide, so the name is derived from the database's and the
-//!   election's names (see `dialect.rs`).
+//!   election's names (see `dialect/`).
 //! - SQLite: an exclusive `flock` on a file beside the database, `<db>.wake-<hash>`.
 //!
 //! On a Galera member (`wsrep_on`) a `GET_LOCK` holds on that member only: there the side

@@ -5,11 +5,11 @@
 use crate::support as common;
 
 use common::mariadb::Mariadb;
-use common::{Backend, Node, NodeSettings, Sampler, TestDb, wait_agreed};
+use common::{Backend, Node, NodeSettings, Sampler, TestDb, lease, wait_agreed};
 use diesel::QueryableByName;
 use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
-use leaderd::store::{DatabaseUrl, LeaseStore, ProcessToken, SqlStore, Timeouts};
+use leaderd::store::{DatabaseUrl, LeaseStore, SqlStore, Timeouts};
 use std::time::Duration;
 
 const TTL: Duration = Duration::from_millis(1200);
@@ -64,11 +64,12 @@ async fn postgres_claims_commit_synchronously_where_the_database_says_off() {
         )
         .await
         .unwrap();
-    let token = ProcessToken::random();
-    assert!(store.claim("e", "a", token, TTL, 0).await.unwrap());
-    assert!(store.renew("e", "a", TTL, 1).await.unwrap());
-    assert!(store.reacquire("e", "a", token, TTL, 1).await.unwrap());
-    assert!(store.release("e", "a", 2).await.unwrap());
+    // One process: its reacquire marks the term with the claim's token.
+    let a = lease("e", "a", TTL, 0);
+    assert!(store.claim(&a).await.unwrap());
+    assert!(store.renew(&a.in_term(1)).await.unwrap());
+    assert!(store.reacquire(&a.in_term(1)).await.unwrap());
+    assert!(store.release(&a.in_term(2)).await.unwrap());
     let noted: Vec<Noted> =
         diesel::sql_query("SELECT term, holder, setting FROM noted ORDER BY at")
             .load(&mut admin)

@@ -13,7 +13,7 @@ use std::time::Duration;
 const TTL: Duration = Duration::from_millis(1200);
 
 /// The newest migration's version, as diesel records it (its directory's date, digits only).
-const NEWEST: &str = "20261125000000";
+const NEWEST: &str = "20261126000000";
 
 async fn connect(db: &TestDb) -> DbConnection {
     DbConnection::connect(&DatabaseUrl::parse(&db.url).unwrap(), TTL)
@@ -30,9 +30,9 @@ async fn execute(conn: &mut DbConnection, sql: &str) {
     .unwrap_or_else(|error| panic!("{sql}: {error}"));
 }
 
-/// Whether the newest migration's column is there (a statement naming it runs).
-async fn has_standing(conn: &mut DbConnection) -> bool {
-    let sql = "SELECT standing FROM leaderd_member WHERE 1 = 0";
+/// Whether the newest migration's columns are there (a statement naming them runs).
+async fn has_newest_columns(conn: &mut DbConnection) -> bool {
+    let sql = "SELECT taken_at, taken_term FROM service_leader_lock WHERE 1 = 0";
     match conn {
         DbConnection::Postgres(c) => c.batch_execute(sql).await,
         DbConnection::Mysql(c) => c.batch_execute(sql).await,
@@ -78,7 +78,7 @@ async fn an_applied_but_unrecorded_migration_runs_again(backend: Backend) {
     .await;
     three_nodes_elect(&db).await;
     let mut conn = connect(&db).await;
-    assert!(has_standing(&mut conn).await);
+    assert!(has_newest_columns(&mut conn).await);
     // Recorded again: a second run applies nothing.
     connect(&db).await.migrate().await.unwrap();
 }
@@ -131,14 +131,17 @@ async fn a_failed_record_is_written_by_the_next_run(backend: Backend) {
         "{error:?}"
     );
     // Half-applied on MySQL only.
-    assert_eq!(has_standing(&mut conn).await, backend == Backend::Mysql);
+    assert_eq!(
+        has_newest_columns(&mut conn).await,
+        backend == Backend::Mysql
+    );
     let drop = match backend {
         Backend::Postgres => "DROP TRIGGER refuse_record ON __diesel_schema_migrations",
         _ => "DROP TRIGGER refuse_record",
     };
     execute(&mut conn, drop).await;
     three_nodes_elect(&db).await;
-    assert!(has_standing(&mut conn).await);
+    assert!(has_newest_columns(&mut conn).await);
 }
 
 backend_tests!(postgres = Backend::Postgres => an_applied_but_unrecorded_migration_runs_again, a_failed_record_is_written_by_the_next_run);

@@ -9,9 +9,10 @@ use crate::support as common;
 
 use common::servers::PgBouncer;
 use common::{
-    Backend, Node, NodeSettings, Sampler, TestDb, agreed_leader, wait_agreed, wait_new_leader,
+    Backend, Node, NodeSettings, Sampler, TestDb, agreed_leader, lease, wait_agreed,
+    wait_new_leader,
 };
-use leaderd::store::{DatabaseUrl, LeaseStore, Pooler, ProcessToken, SqlStore, Timeouts};
+use leaderd::store::{DatabaseUrl, Lease, LeaseStore, Pooler, ProcessToken, SqlStore, Timeouts};
 use nix::sys::signal::Signal;
 use std::time::{Duration, Instant};
 
@@ -136,7 +137,10 @@ async fn measure_round_trips_through_pgbouncer() {
         store.ensure_row(&name).await.unwrap();
         assert!(
             store
-                .claim(&name, "me", token, Duration::from_secs(60), 0)
+                .claim(&Lease {
+                    token,
+                    ..lease(&name, "me", Duration::from_secs(60), 0)
+                })
                 .await
                 .unwrap()
         );
@@ -148,7 +152,7 @@ async fn measure_round_trips_through_pgbouncer() {
             let t = Instant::now();
             assert!(
                 store
-                    .renew(&name, "me", Duration::from_secs(60), 1)
+                    .renew(&lease(&name, "me", Duration::from_secs(60), 1))
                     .await
                     .unwrap()
             );

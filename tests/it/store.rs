@@ -5,13 +5,13 @@
 use crate::support as common;
 
 use common::proxy::{Mode, Proxy};
-use common::{Backend, TestDb};
+use common::{Backend, TestDb, lease};
 use leaderd::store::DatabaseUrl;
 use leaderd::store::memory::MemoryStore;
 use leaderd::store::shared::SharedStore;
 use leaderd::store::{
-    Commands, ControlStore, DbConnection, LeaseStore, MemberRecord, MemberStanding, ProcessToken,
-    SqlStore, StepDownRequest, StoreError, Timeouts,
+    Commands, ControlStore, DbConnection, Lease, LeaseStore, MemberRecord, MemberStanding,
+    ProcessToken, SqlStore, StepDownRequest, StoreError, Timeouts,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,11 +32,6 @@ fn store_at(url: &str, query_timeout: Duration) -> SqlStore {
         },
         true,
     )
-}
-
-/// A process token for tests in which it does not matter which process started a term.
-fn any_token() -> ProcessToken {
-    ProcessToken::random()
 }
 
 /// A connection of the test's own to `db`, its tables migrated.
@@ -106,13 +101,12 @@ async fn a_shared_store_serves_many_elections(backend: Backend) {
                 let name = format!("e{election}");
                 store.ensure_row(&name).await.unwrap();
                 let won = store
-                    .claim(
+                    .claim(&lease(
                         &name,
                         &format!("n{node}"),
-                        any_token(),
                         Duration::from_secs(30),
                         0,
-                    )
+                    ))
                     .await
                     .unwrap();
                 (election, won)
@@ -162,10 +156,10 @@ async fn a_stalled_connection_is_replaced(backend: Backend) {
     let proxy = Proxy::start(db.server_addr()).await;
     let mut s = store_at(&db.url_via(proxy.addr), Duration::from_millis(300));
     s.ensure_row("stall").await.unwrap();
-    assert!(s.claim("stall", "a", any_token(), TTL, 0).await.unwrap());
+    assert!(s.claim(&lease("stall", "a", TTL, 0)).await.unwrap());
     proxy.set(Mode::Stall);
     let started = Instant::now();
-    let error = s.renew("stall", "a", TTL, 1).await.unwrap_err();
+    let error = s.renew(&lease("stall", "a", TTL, 1)).await.unwrap_err();
     assert!(matches!(error, StoreError::QueryTimeout { .. }), "{error}");
     assert!(
         started.elapsed() < Duration::from_millis(600),
@@ -176,7 +170,7 @@ async fn a_stalled_connection_is_replaced(backend: Backend) {
     assert!(s.get("stall").await.is_err());
     proxy.set(Mode::Pass);
     assert!(
-        s.renew("stall", "a", TTL, 1).await.unwrap(),
+        s.renew(&lease("stall", "a", TTL, 1)).await.unwrap(),
         "works again on a new connection"
     );
 }
@@ -211,13 +205,17 @@ async fn statements_are_prepared_once_per_connection(backend: Backend) {
     for _ in 0..3 {
         conn.ensure_row(name).await.unwrap();
         let term = conn.get(name).await.unwrap().unwrap().term;
-        assert!(conn.claim(name, "a", any_token(), TTL, term).await.unwrap());
+        assert!(conn.claim(&lease(name, "a", TTL, term)).await.unwrap());
         assert!(
-            conn.renew(name, "a", TTL, term + 1, Default::default())
+            conn.renew(&lease(name, "a", TTL, term + 1), Default::default())
                 .await
                 .unwrap()
         );
-        assert!(conn.release(name, "a", term + 1).await.unwrap());
+        assert!(
+            conn.release(&lease(name, "a", TTL, term + 1))
+                .await
+                .unwrap()
+        );
     }
     let cached = cached.lock().unwrap();
     let mut distinct = cached.clone();
@@ -243,8 +241,8 @@ async fn a_postgres_release_leaves_later_commits_synchronous() {
     let mut conn = migrated(&db).await;
     let name = "released";
     conn.ensure_row(name).await.unwrap();
-    assert!(conn.claim(name, "a", any_token(), TTL, 0).await.unwrap());
-    assert!(conn.release(name, "a", 1).await.unwrap());
+    assert!(conn.claim(&lease(name, "a", TTL, 0)).await.unwrap());
+    assert!(conn.release(&lease(name, "a", TTL, 1)).await.unwrap());
     let DbConnection::Postgres(c) = &mut conn else {
         unreachable!()
     };
@@ -253,7 +251,7 @@ async fn a_postgres_release_leaves_later_commits_synchronous() {
         .await
         .unwrap();
     assert_eq!(now.setting, "on");
-    assert!(conn.claim(name, "a", any_token(), TTL, 1).await.unwrap());
+    assert!(conn.claim(&lease(name, "a", TTL, 1)).await.unwrap());
 }
 
 /// Runs each statement in turn on a connection of the test's own (an operator, or another
@@ -313,7 +311,7 @@ async fn a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back
     leader.connect().await.unwrap();
     let name = "waited";
     leader.ensure_row(name).await.unwrap();
-    assert!(leader.claim(name, "a", any_token(), TTL, 0).await.unwrap());
+    assert!(leader.claim(&lease(name, "a", TTL, 0)).await.unwrap());
 
     let url = DatabaseUrl::parse(&db.url).unwrap();
     let mut other = DbConnection::connect(&url, Duration::from_secs(10))
@@ -340,7 +338,7 @@ async fn a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back
         _ => "BEGIN",
     };
     execute_raw(&mut other, &[begin, lock]).await;
-    let renewal = tokio::spawn(async move { leader.renew(name, "a", TTL, 1).await });
+    let renewal = tokio::spawn(async move { leader.renew(&lease(name, "a", TTL, 1)).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!renewal.is_finished(), "the renewal waits for the row lock");
     // The newer write, 300 ms after the renewal started; read before the commit, as the
@@ -419,18 +417,15 @@ async fn a_lease_held_before_the_term_token_migration_survives_it(backend: Backe
         (Some("old"), 7, None)
     );
     assert!(
-        !new_node
-            .claim("kept", "new", any_token(), TTL, 7)
-            .await
-            .unwrap(),
+        !new_node.claim(&lease("kept", "new", TTL, 7)).await.unwrap(),
         "still the old node's lease"
     );
 }
 
-backend_tests!(postgres = TestDb::new(Backend::Postgres) => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock; Backend::Postgres => migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
-backend_tests!(mysql = TestDb::new(Backend::Mysql) => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock; Backend::Mysql => migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
-backend_tests!(sqlite = TestDb::new(Backend::Sqlite) => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock; Backend::Sqlite => migrations_run_concurrently_and_again, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
-backend_tests!(memory = MemoryStore::new() => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock);
+backend_tests!(postgres = TestDb::new(Backend::Postgres) => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, the_time_held_counts_from_the_start_of_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock; Backend::Postgres => migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
+backend_tests!(mysql = TestDb::new(Backend::Mysql) => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, the_time_held_counts_from_the_start_of_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock; Backend::Mysql => migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
+backend_tests!(sqlite = TestDb::new(Backend::Sqlite) => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, the_time_held_counts_from_the_start_of_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock; Backend::Sqlite => migrations_run_concurrently_and_again, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
+backend_tests!(memory = MemoryStore::new() => claim_renew_release, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, the_time_held_counts_from_the_start_of_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock);
 
 /// Migrates on a new connection (statements bounded by the ttl) waiting at most `wait` for
 /// the migration lock; also says how long that took.

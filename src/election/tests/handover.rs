@@ -68,7 +68,7 @@ async fn a_notified_follower_with_a_stale_term_reads_before_it_claims() {
     table.overwrite(ELECTION, "x", 5, TTL);
     let before = b.store.operations();
     let mut x = table.handle();
-    assert!(x.release(ELECTION, "x", 5).await.unwrap());
+    assert!(x.release(&lease("x", 5)).await.unwrap());
     until(STEP * 5, &table, &[&b], || b.is_leader()).await;
     assert_eq!(b.status().term, Some(6));
     // The claim in term 1, the read, the claim in term 5.

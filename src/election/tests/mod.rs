@@ -20,7 +20,7 @@ use super::clock::boottime_by_tokio;
 use super::machine::BOOT_LOOK_EVERY;
 use super::*;
 use crate::store::memory::{Faults, MemoryStore};
-use crate::store::{LeaseStore, ProcessToken};
+use crate::store::{Lease, LeaseStore, ProcessToken};
 
 const ELECTION: &str = "jobs";
 const TTL: Duration = Duration::from_millis(1200);
@@ -142,8 +142,18 @@ async fn until(
 async fn ghost_holds_term_one(table: &MemoryStore) {
     let mut ghost = table.handle();
     ghost.ensure_row(ELECTION).await.unwrap();
-    let claimed = ghost.claim(ELECTION, "ghost", ProcessToken::random(), TTL, 0);
-    assert!(claimed.await.unwrap());
+    assert!(ghost.claim(&lease("ghost", 0)).await.unwrap());
+}
+
+/// `holder`'s lease on the election's row in `term`.
+fn lease(holder: &str, term: i64) -> Lease {
+    Lease {
+        name: ELECTION.to_owned(),
+        holder: holder.to_owned(),
+        token: ProcessToken::random(),
+        ttl: TTL,
+        term,
+    }
 }
 
 /// Collects the log lines written on this thread (the paused-time runtime is

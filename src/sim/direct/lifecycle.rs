@@ -287,9 +287,8 @@ impl World {
             epoch: 0,
             back: Duration::ZERO,
             lose_answer: false,
-            node_id: p.machine.settings.node_id().to_owned(),
+            settings: Arc::clone(&p.machine.settings),
             token: p.machine.token,
-            ttl: self.scenario.ttl,
         };
         self.note(&label, || format!("sends {statement:?}"));
         if count > crate::sim::world::STATEMENTS_PER_SECOND {
@@ -347,22 +346,21 @@ impl World {
             return self.answer(&sent, Duration::ZERO, answer);
         }
         let db_now = self.db_clock();
-        let (me, table) = (sent.node_id.as_str(), &mut self.db.table);
+        let (me, table) = (sent.settings.node_id(), &mut self.db.table);
+        let lease = |term| sent.settings.lease(sent.token, term);
         let before = table.lease_row(ELECTION, db_now);
         let reply = match sent.statement {
-            Statement::Renew { term, seen } => {
-                Reply::Done(table.renew(db_now, ELECTION, me, sent.ttl, term, seen))
-            }
+            Statement::Renew { term, seen } => Reply::Done(table.renew(db_now, &lease(term), seen)),
             Statement::Read => Reply::Row(before.clone()),
             Statement::Reacquire { term } => {
-                let done = table.reacquire(db_now, ELECTION, me, sent.token, sent.ttl, term);
+                let done = table.reacquire(db_now, &lease(term));
                 if done {
                     judge_new_term(&mut self.db, before, me, Some(term));
                 }
                 Reply::Done(done)
             }
             Statement::Claim { expected } => {
-                let done = table.claim(db_now, ELECTION, me, sent.token, sent.ttl, expected);
+                let done = table.claim(db_now, &lease(expected));
                 if done {
                     judge_new_term(&mut self.db, before, me, None);
                 }
@@ -376,7 +374,7 @@ impl World {
                 Reply::RowEnsured
             }
             Statement::Release { term } => {
-                let done = table.release(db_now, ELECTION, me, term);
+                let done = table.release(db_now, &lease(term));
                 if done {
                     self.notify_all();
                 }

@@ -2,10 +2,11 @@
 //! a statement on its way to the database ([`Sent`]).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::election::Status;
 use crate::election::machine::{Machine, Reply, Statement};
+use crate::election::{ElectionSettings, Status};
 use crate::sim::db::Dice;
 use crate::store::{ProcessToken, StoreError};
 
@@ -20,9 +21,9 @@ pub(super) struct Sent {
     pub(super) epoch: u64,
     pub(super) back: Duration,
     pub(super) lose_answer: bool,
-    pub(super) node_id: String,
+    /// Whose statement it is: the node's settings and its process token.
+    pub(super) settings: Arc<ElectionSettings>,
     pub(super) token: ProcessToken,
-    pub(super) ttl: Duration,
 }
 
 /// One process.

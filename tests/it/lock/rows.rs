@@ -69,7 +69,8 @@ fn locks_json(setup: &Setup) -> Vec<serde_json::Value> {
 
 /// `leaderd locks` lists the held leases: a running lock, a lock left held by
 /// `--hold-at-least` after its process exited (with the hold's time left), and an
-/// election's leader, each with its kind, holder and term; released ones are not listed.
+/// election's leader, each with its kind, holder, term and time held (since its term
+/// started, not since its last renewal); released ones are not listed.
 async fn locks_lists_held_locks_and_elections(backend: Backend) {
     let setup = Setup::new(backend);
     let settings = NodeSettings {
@@ -77,7 +78,9 @@ async fn locks_lists_held_locks_and_elections(backend: Backend) {
         ..NodeSettings::roomy()
     };
     let node = Node::start(&setup.db, &settings, "leader-1", &setup.db.url);
+    let started = std::time::Instant::now();
     let term = wait_for_leader(&node).await;
+    let leading = std::time::Instant::now();
     let mut running = setup.lock(&setup.db.url, &[], &setup.job("30"));
     let start = wait_for_record(&setup.db.dir, "start").await;
     let held_name = unique("held");
@@ -95,7 +98,9 @@ async fn locks_lists_held_locks_and_elections(backend: Backend) {
         .unwrap();
     assert!(released.status.success(), "{released:?}");
 
+    let listing = std::time::Instant::now();
     let listed = locks_json(&setup);
+    let listed_at = std::time::Instant::now();
     let find = |name: &str| {
         listed
             .iter()
@@ -116,6 +121,18 @@ async fn locks_lists_held_locks_and_elections(backend: Backend) {
     assert_eq!(election["kind"], "election");
     assert_eq!(election["holder"], "leader-1");
     assert_eq!(election["term"], term);
+    // By the database clock, which agrees with this host's to well within the margin.
+    let margin = 100;
+    let held = election["held_ms"].as_u64().expect("the time held");
+    let ms = |d: Duration| d.as_millis() as u64;
+    assert!(
+        held + margin >= ms(listing - leading) && held <= ms(listed_at - started) + margin,
+        "{election}"
+    );
+    assert!(
+        election["renewed_ms"].as_u64().unwrap() <= held,
+        "held since the term started, not since the last renewal: {election}"
+    );
     assert!(
         !listed.iter().any(|l| l["name"] == released_name.as_str()),
         "{listed:?}"
@@ -126,7 +143,10 @@ async fn locks_lists_held_locks_and_elections(backend: Backend) {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.starts_with("NAME"), "{text}");
+    assert!(
+        text.starts_with("NAME") && text.contains(" HELD "),
+        "{text}"
+    );
     assert!(
         text.lines()
             .any(|l| l.starts_with(held_name.as_str()) && l.contains(" lock ")),

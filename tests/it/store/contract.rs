@@ -64,18 +64,24 @@ pub(super) async fn claim_renew_release(db: impl Table) {
         "creating the row grants nothing"
     );
 
-    assert!(a.claim(name, "a", any_token(), TTL, 0).await.unwrap());
+    assert!(a.claim(&lease(name, "a", TTL, 0)).await.unwrap());
     assert!(
-        !b.claim(name, "b", any_token(), TTL, 0).await.unwrap(),
+        !b.claim(&lease(name, "b", TTL, 0)).await.unwrap(),
         "stale term"
     );
     assert!(
-        !b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
+        !b.claim(&lease(name, "b", TTL, 1)).await.unwrap(),
         "live lease"
     );
-    assert!(a.renew(name, "a", TTL, 1).await.unwrap());
-    assert!(!b.renew(name, "b", TTL, 1).await.unwrap(), "not the holder");
-    assert!(!a.renew(name, "a", TTL, 0).await.unwrap(), "wrong term");
+    assert!(a.renew(&lease(name, "a", TTL, 1)).await.unwrap());
+    assert!(
+        !b.renew(&lease(name, "b", TTL, 1)).await.unwrap(),
+        "not the holder"
+    );
+    assert!(
+        !a.renew(&lease(name, "a", TTL, 0)).await.unwrap(),
+        "wrong term"
+    );
     let row = b.get(name).await.unwrap().unwrap();
     assert_eq!((row.live_holder(), row.term), (Some("a"), 1));
     // The database runs on this host: its clock agrees with ours to well within 50 ms
@@ -89,11 +95,14 @@ pub(super) async fn claim_renew_release(db: impl Table) {
         "{row:?}"
     );
 
-    assert!(!b.release(name, "b", 1).await.unwrap());
-    assert!(a.release(name, "a", 1).await.unwrap());
-    assert!(!a.release(name, "a", 1).await.unwrap(), "released once");
+    assert!(!b.release(&lease(name, "b", TTL, 1)).await.unwrap());
+    assert!(a.release(&lease(name, "a", TTL, 1)).await.unwrap());
     assert!(
-        !a.renew(name, "a", TTL, 1).await.unwrap(),
+        !a.release(&lease(name, "a", TTL, 1)).await.unwrap(),
+        "released once"
+    );
+    assert!(
+        !a.renew(&lease(name, "a", TTL, 1)).await.unwrap(),
         "a released lease cannot be renewed"
     );
     let row = b.get(name).await.unwrap().unwrap();
@@ -102,7 +111,7 @@ pub(super) async fn claim_renew_release(db: impl Table) {
         (None, Duration::ZERO)
     );
     assert!(
-        b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
+        b.claim(&lease(name, "b", TTL, 1)).await.unwrap(),
         "a released lease is free at once"
     );
     assert_eq!(b.get(name).await.unwrap().unwrap().term, 2);
@@ -116,7 +125,7 @@ pub(super) async fn leases_lapse_by_the_database_clock(db: impl Table) {
     let short = Duration::from_millis(600);
     a.ensure_row(name).await.unwrap();
     let sent = Instant::now();
-    assert!(a.claim(name, "a", any_token(), short, 0).await.unwrap());
+    assert!(a.claim(&lease(name, "a", short, 0)).await.unwrap());
     tokio::time::sleep(Duration::from_millis(200)).await;
     let row = b.get(name).await.unwrap().unwrap();
     // Sub-second precision: whole-second timestamps would show 0 or 1000.
@@ -128,7 +137,7 @@ pub(super) async fn leases_lapse_by_the_database_clock(db: impl Table) {
         sent.elapsed()
     );
     assert!(
-        !b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
+        !b.claim(&lease(name, "b", TTL, 1)).await.unwrap(),
         "still live before its lease ends"
     );
 
@@ -138,20 +147,20 @@ pub(super) async fn leases_lapse_by_the_database_clock(db: impl Table) {
     )
     .await;
     assert!(
-        !a.renew(name, "a", short, 1).await.unwrap(),
+        !a.renew(&lease(name, "a", short, 1)).await.unwrap(),
         "a lapsed lease is not renewed"
     );
     assert!(
-        b.claim(name, "b", any_token(), TTL, 1).await.unwrap(),
+        b.claim(&lease(name, "b", TTL, 1)).await.unwrap(),
         "a lapsed lease can be taken"
     );
     assert!(
-        !a.reacquire(name, "a", any_token(), TTL, 1).await.unwrap(),
+        !a.reacquire(&lease(name, "a", TTL, 1)).await.unwrap(),
         "not ours any more"
     );
 
     // The holder of a row can start a new term on it while it still holds it.
-    assert!(b.reacquire(name, "b", any_token(), TTL, 2).await.unwrap());
+    assert!(b.reacquire(&lease(name, "b", TTL, 2)).await.unwrap());
     assert_eq!(a.get(name).await.unwrap().unwrap().term, 3);
 }
 
@@ -159,13 +168,13 @@ pub(super) async fn ids_are_compared_exactly(db: impl Table) {
     let mut s = store(&db);
     let name = "exact";
     s.ensure_row(name).await.unwrap();
-    assert!(s.claim(name, "node-a", any_token(), TTL, 0).await.unwrap());
+    assert!(s.claim(&lease(name, "node-a", TTL, 0)).await.unwrap());
     assert!(
-        !s.renew(name, "Node-A", TTL, 1).await.unwrap(),
+        !s.renew(&lease(name, "Node-A", TTL, 1)).await.unwrap(),
         "case-insensitive match"
     );
-    assert!(!s.release(name, "NODE-A", 1).await.unwrap());
-    assert!(s.renew(name, "node-a", TTL, 1).await.unwrap());
+    assert!(!s.release(&lease(name, "NODE-A", TTL, 1)).await.unwrap());
+    assert!(s.renew(&lease(name, "node-a", TTL, 1)).await.unwrap());
     // Election names, too.
     assert_eq!(s.get("EXACT").await.unwrap(), None);
 }
@@ -178,13 +187,12 @@ pub(super) async fn concurrent_claims_have_one_winner(db: impl Table) {
         for i in 0..5 {
             let mut s = store(&db);
             tasks.push(tokio::spawn(async move {
-                s.claim(
+                s.claim(&lease(
                     "race",
                     &format!("n{i}"),
-                    any_token(),
                     Duration::from_millis(1),
                     round,
-                )
+                ))
                 .await
                 .unwrap()
             }));
@@ -210,12 +218,7 @@ pub(super) async fn a_release_notifies_where_the_backend_can_tell(db: impl Table
     };
     let mut other_name = waiter.release_notifications("other").unwrap();
     holder.ensure_row("notified").await.unwrap();
-    assert!(
-        holder
-            .claim("notified", "a", any_token(), TTL, 0)
-            .await
-            .unwrap()
-    );
+    assert!(holder.claim(&lease("notified", "a", TTL, 0)).await.unwrap());
     // A listener may wake once when it starts (a release may have come first), and a
     // waiter for a side lock finds it held within a second.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -225,7 +228,12 @@ pub(super) async fn a_release_notifies_where_the_backend_can_tell(db: impl Table
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(woken.try_recv().is_err(), "a claim is not a release");
     let released_at = Instant::now();
-    assert!(holder.release("notified", "a", 1).await.unwrap());
+    assert!(
+        holder
+            .release(&lease("notified", "a", TTL, 1))
+            .await
+            .unwrap()
+    );
     tokio::time::timeout(Duration::from_secs(2), woken.recv())
         .await
         .expect("the release is notified");
@@ -240,7 +248,12 @@ pub(super) async fn a_release_notifies_where_the_backend_can_tell(db: impl Table
         "another name's listener stays asleep"
     );
     // A release that changed nothing tells nobody.
-    assert!(!holder.release("notified", "a", 1).await.unwrap());
+    assert!(
+        !holder
+            .release(&lease("notified", "a", TTL, 1))
+            .await
+            .unwrap()
+    );
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(woken.try_recv().is_err());
 }
@@ -259,7 +272,14 @@ pub(super) async fn the_term_token_tells_which_process_started_the_term(db: impl
     assert_eq!(row.term_token, None, "no process started a term yet");
     assert!(!row.started_by(first));
 
-    assert!(s.claim(name, "twin", first, TTL, 0).await.unwrap());
+    assert!(
+        s.claim(&Lease {
+            token: first,
+            ..lease(name, "twin", TTL, 0)
+        })
+        .await
+        .unwrap()
+    );
     let row = s.get(name).await.unwrap().unwrap();
     assert_eq!(row.term_token, Some(first.for_term(1)));
     assert!(row.started_by(first));
@@ -267,11 +287,25 @@ pub(super) async fn the_term_token_tells_which_process_started_the_term(db: impl
         !row.started_by(second),
         "the same node id in another process"
     );
-    assert!(s.renew(name, "twin", TTL, 1).await.unwrap());
-    assert!(s.release(name, "twin", 1).await.unwrap());
-    assert!(s.claim(name, "twin", first, TTL, 1).await.unwrap());
+    assert!(s.renew(&lease(name, "twin", TTL, 1)).await.unwrap());
+    assert!(s.release(&lease(name, "twin", TTL, 1)).await.unwrap());
+    assert!(
+        s.claim(&Lease {
+            token: first,
+            ..lease(name, "twin", TTL, 1)
+        })
+        .await
+        .unwrap()
+    );
     assert!(s.get(name).await.unwrap().unwrap().started_by(first));
-    assert!(s.reacquire(name, "twin", second, TTL, 2).await.unwrap());
+    assert!(
+        s.reacquire(&Lease {
+            token: second,
+            ..lease(name, "twin", TTL, 2)
+        })
+        .await
+        .unwrap()
+    );
     let row = s.get(name).await.unwrap().unwrap();
     assert_eq!(row.term, 3);
     assert!(row.started_by(second) && !row.started_by(first));
@@ -288,6 +322,47 @@ pub(super) async fn the_term_token_tells_which_process_started_the_term(db: impl
     assert!(!row.started_by(second), "a term this process did not start");
 }
 
+/// `held_for` counts from the start of the term, by the database clock: a claim and a
+/// reacquire start it, a renewal keeps it (`leaderd locks` shows it as the time held). A
+/// term started by a node of a version without the column has none: the time the previous
+/// term left behind must not pass for this one's.
+pub(super) async fn the_time_held_counts_from_the_start_of_the_term(db: impl Table) {
+    let mut s = store(&db);
+    s.connect().await.unwrap();
+    let name = "held";
+    s.ensure_row(name).await.unwrap();
+    assert_eq!(s.get(name).await.unwrap().unwrap().held_for, None);
+    let a = lease(name, "a", TTL, 0);
+    let claimed = Instant::now();
+    assert!(s.claim(&a).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(s.renew(&a.in_term(1)).await.unwrap());
+    let row = s.get(name).await.unwrap().unwrap();
+    let held = row.held_for.expect("a claim records when the term started");
+    // Milliseconds on every backend, from two clocks that agree to well within 50 ms.
+    let margin = Duration::from_millis(50);
+    assert!(
+        held + margin >= Duration::from_millis(300) && held <= claimed.elapsed() + margin,
+        "held {held:?} after {:?}",
+        claimed.elapsed()
+    );
+    assert!(row.age < held, "a renewal keeps the term's start: {row:?}");
+
+    let reacquired = Instant::now();
+    assert!(s.reacquire(&a.in_term(1)).await.unwrap());
+    let held = s.get(name).await.unwrap().unwrap().held_for.unwrap();
+    assert!(
+        held <= reacquired.elapsed() + margin,
+        "a reacquire starts the count again: held {held:?}"
+    );
+
+    if !db.start_term_as_old_version(name, "old").await {
+        return;
+    }
+    let row = s.get(name).await.unwrap().unwrap();
+    assert_eq!((row.term, row.held_for), (3, None), "{row:?}");
+}
+
 /// `leaderd pause`: no claim of a free or lapsed lease, no reacquire of a lapsed one, while
 /// a live leader keeps renewing, stating that it has seen the pause; `resume` ends it, and
 /// a pause ends by itself when its time is up.
@@ -298,7 +373,7 @@ pub(super) async fn a_pause_keeps_free_and_lapsed_leases_from_every_claim(db: im
     let name = "paused";
     let short = Duration::from_millis(300);
     a.ensure_row(name).await.unwrap();
-    assert!(a.claim(name, "a", any_token(), short, 0).await.unwrap());
+    assert!(a.claim(&lease(name, "a", short, 0)).await.unwrap());
     b.pause(name, Duration::from_secs(60)).await.unwrap();
     let row = b.get(name).await.unwrap().unwrap();
     assert!(row.paused() && row.pending.paused_for.unwrap() > Duration::from_secs(50));
@@ -307,47 +382,47 @@ pub(super) async fn a_pause_keeps_free_and_lapsed_leases_from_every_claim(db: im
         ..Commands::default()
     };
     assert!(
-        !a.renew(name, "a", short, 1).await.unwrap(),
+        !a.renew(&lease(name, "a", short, 1)).await.unwrap(),
         "a renewal that has not seen the pause"
     );
-    assert!(a.renew_seeing(name, "a", short, 1, paused).await.unwrap());
     assert!(
-        a.reacquire(name, "a", any_token(), short, 1).await.unwrap(),
+        a.renew_seeing(&lease(name, "a", short, 1), paused)
+            .await
+            .unwrap()
+    );
+    assert!(
+        a.reacquire(&lease(name, "a", short, 1)).await.unwrap(),
         "a live lease starts a new term during a pause"
     );
-    assert!(a.release(name, "a", 2).await.unwrap());
+    assert!(a.release(&lease(name, "a", TTL, 2)).await.unwrap());
     assert!(
-        !b.claim(name, "b", any_token(), TTL, 2).await.unwrap(),
+        !b.claim(&lease(name, "b", TTL, 2)).await.unwrap(),
         "a released lease during a pause"
     );
-    assert!(
-        a.claim(name, "a", any_token(), short, 2)
-            .await
-            .is_ok_and(|c| !c)
-    );
+    assert!(a.claim(&lease(name, "a", short, 2)).await.is_ok_and(|c| !c));
     // The pause outlives a lease taken before it.
     b.resume(name).await.unwrap();
-    assert!(a.claim(name, "a", any_token(), short, 2).await.unwrap());
+    assert!(a.claim(&lease(name, "a", short, 2)).await.unwrap());
     b.pause(name, Duration::from_secs(60)).await.unwrap();
     tokio::time::sleep(short + Duration::from_millis(50)).await;
     assert!(
-        !a.reacquire(name, "a", any_token(), short, 3).await.unwrap(),
+        !a.reacquire(&lease(name, "a", short, 3)).await.unwrap(),
         "a lapsed lease is not reacquired during a pause"
     );
     assert!(
-        !b.claim(name, "b", any_token(), TTL, 3).await.unwrap(),
+        !b.claim(&lease(name, "b", TTL, 3)).await.unwrap(),
         "a lapsed lease during a pause"
     );
     assert!(b.resume(name).await.unwrap());
     assert!(!b.get(name).await.unwrap().unwrap().paused());
-    assert!(b.claim(name, "b", any_token(), TTL, 3).await.unwrap());
+    assert!(b.claim(&lease(name, "b", TTL, 3)).await.unwrap());
     // A pause ends when its time is up.
-    assert!(b.release(name, "b", 4).await.unwrap());
+    assert!(b.release(&lease(name, "b", TTL, 4)).await.unwrap());
     b.pause(name, Duration::from_millis(200)).await.unwrap();
-    assert!(!a.claim(name, "a", any_token(), TTL, 4).await.unwrap());
+    assert!(!a.claim(&lease(name, "a", TTL, 4)).await.unwrap());
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert!(!b.get(name).await.unwrap().unwrap().paused());
-    assert!(a.claim(name, "a", any_token(), TTL, 4).await.unwrap());
+    assert!(a.claim(&lease(name, "a", TTL, 4)).await.unwrap());
     // Resuming an election without a row finds nothing; pausing one creates it.
     assert!(!b.resume("no-row").await.unwrap());
     b.pause("no-row", Duration::from_secs(1)).await.unwrap();
@@ -369,7 +444,7 @@ pub(super) async fn a_handover_lets_only_its_target_claim_within_its_window(db: 
         ..Commands::default()
     };
     a.ensure_row(name).await.unwrap();
-    assert!(a.claim(name, "a", any_token(), short, 0).await.unwrap());
+    assert!(a.claim(&lease(name, "a", short, 0)).await.unwrap());
     assert!(
         !c.request_step_down(name, "a", 0, StepDownRequest::Resign)
             .await
@@ -385,18 +460,18 @@ pub(super) async fn a_handover_lets_only_its_target_claim_within_its_window(db: 
         a.get(name).await.unwrap().unwrap().pending.resign_term,
         Some(1)
     );
-    assert!(!a.renew(name, "a", short, 1).await.unwrap());
+    assert!(!a.renew(&lease(name, "a", short, 1)).await.unwrap());
     assert!(
-        a.renew_seeing(name, "a", short, 1, resign_seen)
+        a.renew_seeing(&lease(name, "a", short, 1), resign_seen)
             .await
             .unwrap()
     );
     assert!(
-        !a.reacquire(name, "a", any_token(), short, 1).await.unwrap(),
+        !a.reacquire(&lease(name, "a", short, 1)).await.unwrap(),
         "a resigned term is not started again by its holder"
     );
-    assert!(a.release(name, "a", 1).await.unwrap());
-    assert!(b.claim(name, "b", any_token(), short, 1).await.unwrap());
+    assert!(a.release(&lease(name, "a", TTL, 1)).await.unwrap());
+    assert!(b.claim(&lease(name, "b", short, 1)).await.unwrap());
     let row = b.get(name).await.unwrap().unwrap();
     assert_eq!(row.pending.resign_term, None, "a new term starts clean");
 
@@ -411,7 +486,7 @@ pub(super) async fn a_handover_lets_only_its_target_claim_within_its_window(db: 
     );
     assert!(row.offered_to("c") && !row.offered_to("a"));
     assert!(
-        b.renew(name, "b", short, 2).await.unwrap(),
+        b.renew(&lease(name, "b", short, 2)).await.unwrap(),
         "the leader renews as before"
     );
     assert!(
@@ -447,20 +522,20 @@ pub(super) async fn a_handover_lets_only_its_target_claim_within_its_window(db: 
         "the window is two lease lengths: {window:?}"
     );
     assert!(
-        b.renew_seeing(name, "b", short, 2, resign_seen)
+        b.renew_seeing(&lease(name, "b", short, 2), resign_seen)
             .await
             .unwrap()
     );
-    assert!(b.release(name, "b", 2).await.unwrap());
+    assert!(b.release(&lease(name, "b", TTL, 2)).await.unwrap());
     assert!(
-        !a.claim(name, "a", any_token(), short, 2).await.unwrap(),
+        !a.claim(&lease(name, "a", short, 2)).await.unwrap(),
         "only the target claims within the window"
     );
     assert!(
-        !b.reacquire(name, "b", any_token(), short, 2).await.unwrap(),
+        !b.reacquire(&lease(name, "b", short, 2)).await.unwrap(),
         "nor the old holder"
     );
-    assert!(c.claim(name, "c", any_token(), short, 2).await.unwrap());
+    assert!(c.claim(&lease(name, "c", short, 2)).await.unwrap());
     let row = a.get(name).await.unwrap().unwrap();
     assert_eq!(
         (row.pending.handover_to, row.pending.handover_for),
@@ -473,13 +548,13 @@ pub(super) async fn a_handover_lets_only_its_target_claim_within_its_window(db: 
     let forced = StepDownRequest::Handover { to: "gone" };
     assert!(a.request_step_down(name, "c", 3, forced).await.unwrap());
     assert!(
-        c.renew_seeing(name, "c", short, 3, resign_seen)
+        c.renew_seeing(&lease(name, "c", short, 3), resign_seen)
             .await
             .unwrap(),
         "asked at once"
     );
-    assert!(c.release(name, "c", 3).await.unwrap());
-    assert!(!a.claim(name, "a", any_token(), short, 3).await.unwrap());
+    assert!(c.release(&lease(name, "c", TTL, 3)).await.unwrap());
+    assert!(!a.claim(&lease(name, "a", short, 3)).await.unwrap());
     tokio::time::sleep(short * 2 + Duration::from_millis(50)).await;
     let row = a.get(name).await.unwrap().unwrap();
     assert_eq!(
@@ -487,7 +562,7 @@ pub(super) async fn a_handover_lets_only_its_target_claim_within_its_window(db: 
         (None, None),
         "a handover whose window is over reads as none"
     );
-    assert!(a.claim(name, "a", any_token(), short, 3).await.unwrap());
+    assert!(a.claim(&lease(name, "a", short, 3)).await.unwrap());
 }
 
 /// `leaderd_member`: a record refreshes `last_seen`, a fresh one restarts `started`; the

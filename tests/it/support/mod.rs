@@ -37,6 +37,18 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
+/// `holder`'s lease on the row `name` in `term`, its terms marked with a token of their
+/// own (for tests in which it does not matter which process started a term).
+pub fn lease(name: &str, holder: &str, ttl: Duration, term: i64) -> leaderd::store::Lease {
+    leaderd::store::Lease {
+        name: name.to_owned(),
+        holder: holder.to_owned(),
+        token: leaderd::store::ProcessToken::random(),
+        ttl,
+        term,
+    }
+}
+
 /// The wall clock in nanoseconds, as the recording scripts' `date +%s%N` writes it.
 pub fn now_ns() -> u128 {
     SystemTime::now()

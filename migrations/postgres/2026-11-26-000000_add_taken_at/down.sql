@@ -1,0 +1,2 @@
+ALTER TABLE service_leader_lock DROP COLUMN IF EXISTS taken_term;
+ALTER TABLE service_leader_lock DROP COLUMN IF EXISTS taken_at;

@@ -1,0 +1,99 @@
+//! What can go wrong with the database, as one error type for every store.
+
+use std::time::Duration;
+
+use super::{error_text, tls};
+
+/// What went wrong with the database.
+///
+/// Each message holds its cause's text, and no variant has a `source()`: a chain printed
+/// with `{:#}` says each thing once, and a log line (`%error`) keeps the root cause
+/// (connection refused, no such host, a TLS or authentication failure).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot connect to {url}: {}", error_text::connection(.cause))]
+    Connect {
+        url: String,
+        cause: diesel::ConnectionError,
+    },
+    #[error("cannot connect to {url}: {cause}")]
+    Tls {
+        url: String,
+        cause: Box<tls::TlsError>,
+    },
+    #[error("connecting to {url} timed out after {}", humantime::format_duration(*.after))]
+    ConnectTimeout { url: String, after: Duration },
+    #[error("query failed: {}{}", .0, error_text::missing_table_hint(.0))]
+    Query(diesel::result::Error),
+    #[error(
+        "the table service_leader_lock has no column {column}, which this version needs: \
+         run `leaderd migrate` (or start a node with database.migrate = true)"
+    )]
+    SchemaOutdated { column: &'static str },
+    #[error("query timed out after {}", humantime::format_duration(*.after))]
+    QueryTimeout { after: Duration },
+    #[error("migrations failed: {}", error_text::chain(.0.as_ref()))]
+    Migration(Box<dyn std::error::Error + Send + Sync>),
+    #[error(
+        "another node held the migration lock ({lock}) for more than {}, so the migrations \
+         were not run: retry; if it stays held, find what holds it, or run `leaderd \
+         migrate` once and set database.migrate = false on the nodes",
+        humantime::format_duration(*.waited)
+    )]
+    MigrationLockTimeout { lock: String, waited: Duration },
+    #[error("database task failed: {0}")]
+    Task(tokio::task::JoinError),
+    #[error("this store cannot {operation}")]
+    Unsupported { operation: &'static str },
+    #[error(
+        "{message}: the connection goes through a pooler in transaction mode (PgBouncer \
+         pool_mode = transaction), where a prepared statement does not outlive its \
+         transaction; set database.pooler = \"transaction\", or connect directly or through \
+         a pool in session mode"
+    )]
+    TransactionPooler { message: String },
+}
+
+impl From<diesel::result::Error> for StoreError {
+    fn from(error: diesel::result::Error) -> Self {
+        StoreError::Query(error)
+    }
+}
+
+impl From<tokio::task::JoinError> for StoreError {
+    fn from(error: tokio::task::JoinError) -> Self {
+        StoreError::Task(error)
+    }
+}
+
+impl StoreError {
+    /// Every [`StoreError::kind`], so that counters by kind can start at zero.
+    pub const KINDS: [&'static str; 10] = [
+        "connect",
+        "tls",
+        "connect_timeout",
+        "query",
+        "schema_outdated",
+        "query_timeout",
+        "migration",
+        "task",
+        "pooler",
+        "unsupported",
+    ];
+
+    /// A short label for logs and metrics (one of [`StoreError::KINDS`]).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Connect { .. } => "connect",
+            StoreError::Tls { .. } => "tls",
+            StoreError::ConnectTimeout { .. } => "connect_timeout",
+            StoreError::Query(_) => "query",
+            StoreError::SchemaOutdated { .. } => "schema_outdated",
+            StoreError::QueryTimeout { .. } => "query_timeout",
+            StoreError::Migration(_) | StoreError::MigrationLockTimeout { .. } => "migration",
+            StoreError::Task(_) => "task",
+            StoreError::TransactionPooler { .. } => "pooler",
+            StoreError::Unsupported { .. } => "unsupported",
+        }
+    }
+}
