@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{ELECTION, World};
-use crate::election::Role;
+use crate::election::{Role, Status};
 use crate::sim::world::LIVENESS_SLACK;
 
 impl World {
@@ -21,6 +21,31 @@ impl World {
                     && p.status.lease_deadline_boot.is_some_and(|d| boot < d)
             })
             .collect()
+    }
+
+    /// Property 2 at the source: a node publishes the leader role only with a deadline
+    /// ahead by both of its clocks (a late answer must not restore leadership).
+    pub(super) fn check_published(&mut self, index: usize, status: &Status) {
+        if status.role != Role::Leader {
+            return;
+        }
+        let p = &self.processes[index];
+        let (mono, boot) = (
+            self.base + self.now - p.slept,
+            Duration::from_secs(1000) + self.now,
+        );
+        let ahead = status.lease_deadline.is_some_and(|d| mono < d)
+            && status.lease_deadline_boot.is_some_and(|d| boot < d);
+        if !ahead {
+            let label = p.label.clone();
+            self.fail(
+                "2: a node acts as leader only while the row names it, in its term, live",
+                format!(
+                    "{label} publishes leader in term {:?} with its deadline passed",
+                    status.term
+                ),
+            );
+        }
     }
 
     pub(super) fn check(&mut self) {

@@ -117,13 +117,11 @@ impl World {
         }
     }
 
-    /// Freezes the node's processes until `until`; a host that sleeps also leaves their
-    /// monotonic clocks `slept` behind.
-    pub(super) fn freeze(&mut self, node: usize, until: Duration, slept: Duration) {
+    /// Freezes the node's processes until `until` (SIGSTOP, or the host asleep).
+    pub(super) fn freeze(&mut self, node: usize, until: Duration) {
         for index in self.live(node).collect::<Vec<_>>() {
             let p = &mut self.processes[index];
             p.frozen_until = until;
-            p.slept += slept;
             let generation = p.timer;
             self.at(
                 until,
@@ -132,6 +130,14 @@ impl World {
                     generation,
                 },
             );
+        }
+    }
+
+    /// The node's host wakes after sleeping `slept`: its processes' monotonic clocks fall
+    /// that far behind (their timers, on that clock, fire that much later).
+    pub(super) fn woke(&mut self, node: usize, slept: Duration) {
+        for index in self.live(node).collect::<Vec<_>>() {
+            self.processes[index].slept += slept;
         }
     }
 
@@ -226,6 +232,7 @@ impl World {
                 Action::Send(statement) => self.send_from(index, statement),
                 Action::Abandon => self.processes[index].in_flight = None,
                 Action::Publish(status) => {
+                    self.check_published(index, &status);
                     let label = self.processes[index].label.clone();
                     self.note(&label, || {
                         format!(

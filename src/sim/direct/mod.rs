@@ -272,8 +272,11 @@ impl World {
             }
             // Listeners connect again, and wake once (a release may have been missed).
             (Fault::Restart, false) => self.notify_all(),
-            (Fault::Freeze { node }, true) => self.freeze(node, event.until, Duration::ZERO),
-            (Fault::Suspend { node }, true) => self.freeze(node, event.until, length),
+            (Fault::Freeze { node } | Fault::Suspend { node }, true) => {
+                self.freeze(node, event.until)
+            }
+            // The host wakes: its monotonic clock stood still while the boot clock ran.
+            (Fault::Suspend { node }, false) => self.woke(node, length),
             (Fault::Crash { node, restart }, true) => {
                 self.kill(node);
                 if restart {
