@@ -15,9 +15,10 @@
 //!   statement of the protocol, for each backend, in `store/dialect/` (the session
 //!   plumbing stands beside its code; that module's doc names each place), and the
 //!   [`DatabaseUrl`] that names the database.
-//! - [`election`]: one node's part in an election: its [`ElectionSettings`], the rounds it
-//!   sends, the state machine of its candidacy, and the loop ([`Election`]) that publishes
-//!   its [`Status`] on a watch channel.
+//! - [`election`]: one node's part in an election: its [`ElectionSettings`], the election
+//!   as one state machine with no I/O (a `State` and a `step` that takes what happened and
+//!   returns what to do), and the loop ([`Election`]) that carries its actions out and
+//!   publishes its [`Status`] on a watch channel.
 //! - [`lock`]: a named lock around one piece of work ([`LockOptions`], [`LockGuard`]): an
 //!   election that holds at most one term.
 //!
