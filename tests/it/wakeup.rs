@@ -98,9 +98,12 @@ async fn an_idle_node_holds_two_connections(backend: Backend) {
     // Past the first records, and well before the next.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut most = [0; 2];
+    let mut series = vec![Vec::new(), Vec::new()];
     for _ in 0..20 {
-        for (node, most) in nodes.iter().zip(&mut most) {
-            *most = (*most).max(node.connections_to(db.server_addr()));
+        for ((node, most), series) in nodes.iter().zip(&mut most).zip(&mut series) {
+            let held = node.connections_to(db.server_addr());
+            *most = (*most).max(held);
+            series.push(held);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -108,8 +111,20 @@ async fn an_idle_node_holds_two_connections(backend: Backend) {
         .iter()
         .map(|n| n.connections_to(db.server_addr()))
         .collect();
-    assert_eq!(now, [2, 2], "connections held now");
-    assert_eq!(most, [2, 2], "the most connections held over 2 s");
+    let logs = || {
+        nodes
+            .iter()
+            .map(|n| format!("{}: {:?}\n{}", n.id, series, n.log()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(now, [2, 2], "connections held now\n{}", logs());
+    assert_eq!(
+        most,
+        [2, 2],
+        "the most connections held over 2 s\n{}",
+        logs()
+    );
 }
 
 backend_tests!(postgres = Backend::Postgres => handovers_do_not_wait_for_the_poll, an_idle_node_holds_two_connections);

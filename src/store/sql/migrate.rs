@@ -186,7 +186,7 @@ impl DbConnection {
     /// Applies the embedded migrations of this backend. Nodes that start together on one
     /// server take turns: an advisory lock on PostgreSQL, GET_LOCK on MySQL (a lock of one
     /// member on a multi-primary cluster, where nodes on different members migrate at once:
-    /// see [`run_migrations`] for why that converges), an exclusive flock on a file beside
+    /// see `run_migrations` for why that converges), an exclusive flock on a file beside
     /// the database on SQLite.
     ///
     /// The harness is synchronous (it blocks on the async connection inside), so it runs

@@ -7,6 +7,8 @@
 //!   election's names (see `dialect/`).
 //! - SQLite: an exclusive `flock` on a file beside the database, `<db>.wake-<hash>`.
 //!
+//! Each side lock is in a file of its own (`mysql.rs`, `file.rs`); this one runs them.
+//!
 //! On a Galera member (`wsrep_on`) a `GET_LOCK` holds on that member only: there the side
 //! lock is not used, and waiting nodes poll (logged once).
 //!
@@ -17,23 +19,21 @@
 //! safety (the claim statement decides). The renew path never waits for any of this: each
 //! side lock lives in a task of its own, told by the store what its node holds.
 
-use diesel::QueryableByName;
-use diesel::sql_types::{BigInt, Nullable};
-use diesel_async::{AsyncMysqlConnection, RunQueryDsl, SimpleAsyncConnection};
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
 use std::collections::HashMap;
-use std::fs::File;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot, watch};
-use tokio::time::{sleep, timeout};
+use tokio::sync::{mpsc, watch};
+use tokio::time::sleep;
 use tracing::{debug, info};
 
-use super::dialect::{MYSQL_WAKE_GIVE_BACK, MYSQL_WAKE_TAKE, MYSQL_WSREP_ON, Param, Statement};
 use super::{Backend, DatabaseUrl};
+use file::FileLock;
+use mysql::MysqlLock;
+
+mod file;
+mod mysql;
 
 /// The longest single wait for a side lock; a waiting MySQL connection that died without
 /// a FIN or RST is noticed after it.
@@ -344,213 +344,6 @@ async fn hold<L: SideLock>(lock: &mut L, side: &mut watch::Receiver<Side>) -> bo
                 return true;
             },
         }
-    }
-}
-
-#[derive(QueryableByName)]
-struct WsrepOn {
-    #[diesel(sql_type = Nullable<BigInt>)]
-    wsrep_on: Option<i64>,
-}
-
-#[derive(QueryableByName)]
-struct Taken {
-    #[diesel(sql_type = Nullable<BigInt>)]
-    taken: Option<i64>,
-}
-
-/// `GET_LOCK` on a side connection of its own.
-struct MysqlLock {
-    url: Arc<DatabaseUrl>,
-    connect_timeout: Duration,
-    name: String,
-    conn: Option<AsyncMysqlConnection>,
-}
-
-impl MysqlLock {
-    async fn connection(&mut self) -> Result<&mut AsyncMysqlConnection, String> {
-        if self.conn.is_none() {
-            let mut conn =
-                match timeout(self.connect_timeout, super::tls::connect_mysql(&self.url)).await {
-                    Ok(Ok(conn)) => conn,
-                    Ok(Err(error)) => return Err(format!("cannot connect: {error}")),
-                    Err(_) => return Err("connecting timed out".to_owned()),
-                };
-            // A server-wide statement limit would cut the waits short (MySQL has no such
-            // setting, and bounds no GET_LOCK).
-            let _ = conn
-                .batch_execute("SET SESSION max_statement_time = 0")
-                .await;
-            self.conn = Some(conn);
-        }
-        Ok(self.conn.as_mut().expect("connected above"))
-    }
-
-    async fn get_lock(&mut self, wait: Duration) -> Result<bool, String> {
-        let bound = wait + self.connect_timeout;
-        let name = self.name.clone();
-        let conn = self.connection().await?;
-        let statement = Statement::new(
-            MYSQL_WAKE_TAKE,
-            vec![Param::Text(&name), Param::BigInt(wait.as_secs() as i64)],
-        );
-        let answer: Result<Vec<Taken>, _> = match timeout(bound, statement.load(conn)).await {
-            Ok(answer) => answer,
-            Err(_) => {
-                self.conn = None;
-                return Err("GET_LOCK did not answer".to_owned());
-            }
-        };
-        match answer.as_deref() {
-            Ok([Taken { taken: Some(1) }]) => Ok(true),
-            Ok(_) => Ok(false),
-            Err(error) => {
-                self.conn = None;
-                Err(format!("GET_LOCK failed: {error}"))
-            }
-        }
-    }
-}
-
-impl SideLock for MysqlLock {
-    async fn try_take(&mut self) -> Result<bool, String> {
-        self.get_lock(Duration::ZERO).await
-    }
-
-    async fn take(&mut self) -> Result<bool, String> {
-        self.get_lock(WAIT).await
-    }
-
-    async fn give_back(&mut self) -> Result<(), String> {
-        let bound = self.connect_timeout;
-        let name = self.name.clone();
-        let conn = self.connection().await?;
-        let statement = Statement::new(MYSQL_WAKE_GIVE_BACK, vec![Param::Text(&name)]);
-        match timeout(bound, statement.execute(conn)).await {
-            Ok(Ok(_)) => Ok(()),
-            _ => {
-                self.conn = None;
-                Err("RELEASE_LOCK failed".to_owned())
-            }
-        }
-    }
-
-    async fn ping(&mut self) -> Result<(), String> {
-        let bound = self.connect_timeout;
-        let conn = self.connection().await?;
-        match timeout(bound, conn.batch_execute("SELECT 1")).await {
-            Ok(Ok(())) => Ok(()),
-            _ => Err("the side connection stopped answering".to_owned()),
-        }
-    }
-
-    fn reset(&mut self) {
-        self.conn = None;
-    }
-
-    /// A Galera member (`wsrep_on`): `GET_LOCK` is the member's own, not the cluster's.
-    /// A server without the variable (MySQL) is not one.
-    async fn unshared(&mut self) -> Result<Option<String>, String> {
-        let bound = self.connect_timeout;
-        let conn = self.connection().await?;
-        let read = diesel::sql_query(MYSQL_WSREP_ON).load::<WsrepOn>(conn);
-        match timeout(bound, read).await {
-            Ok(Ok(rows)) if <[WsrepOn]>::first(&rows).and_then(|r| r.wsrep_on) == Some(1) => {
-                Ok(Some(
-                    "the server is a Galera member (wsrep_on), whose GET_LOCK holds on that \
-                 member only"
-                        .to_owned(),
-                ))
-            }
-            Ok(_) => Ok(None),
-            Err(_) => {
-                self.conn = None;
-                Err("the side connection stopped answering".to_owned())
-            }
-        }
-    }
-
-    fn kind(&self) -> &'static str {
-        "GET_LOCK on a side connection"
-    }
-}
-
-/// An exclusive `flock` on a file beside the SQLite database. A blocking wait runs on a
-/// thread of its own; one that is given up on lets go of the lock as soon as it gets it.
-struct FileLock {
-    path: PathBuf,
-    held: Option<Flock<File>>,
-}
-
-impl FileLock {
-    fn open(&self) -> Result<File, String> {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&self.path)
-            .map_err(|error| format!("cannot open {}: {error}", self.path.display()))
-    }
-}
-
-impl SideLock for FileLock {
-    async fn try_take(&mut self) -> Result<bool, String> {
-        if self.held.is_some() {
-            return Ok(true);
-        }
-        match Flock::lock(self.open()?, FlockArg::LockExclusiveNonblock) {
-            Ok(locked) => {
-                self.held = Some(locked);
-                Ok(true)
-            }
-            Err((_, Errno::EWOULDBLOCK)) => Ok(false),
-            Err((_, errno)) => Err(format!("flock {}: {errno}", self.path.display())),
-        }
-    }
-
-    async fn take(&mut self) -> Result<bool, String> {
-        if self.held.is_some() {
-            return Ok(true);
-        }
-        let file = self.open()?;
-        let (sender, taken) = oneshot::channel();
-        // Not tokio's blocking pool: a wait may outlive the runtime's shutdown.
-        std::thread::Builder::new()
-            .name("leaderd-wake".to_owned())
-            .spawn(move || {
-                // Dropped (and so let go of) if nobody waits any more.
-                let _ = sender.send(Flock::lock(file, FlockArg::LockExclusive));
-            })
-            .map_err(|error| format!("cannot start a thread: {error}"))?;
-        match taken.await {
-            Ok(Ok(locked)) => {
-                self.held = Some(locked);
-                Ok(true)
-            }
-            Ok(Err((_, errno))) => Err(format!("flock {}: {errno}", self.path.display())),
-            Err(_) => Err("the waiting thread ended".to_owned()),
-        }
-    }
-
-    async fn give_back(&mut self) -> Result<(), String> {
-        self.held = None;
-        Ok(())
-    }
-
-    async fn ping(&mut self) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn reset(&mut self) {
-        self.held = None;
-    }
-
-    async fn unshared(&mut self) -> Result<Option<String>, String> {
-        Ok(None)
-    }
-
-    fn kind(&self) -> &'static str {
-        "a flock beside the database file"
     }
 }
 
