@@ -13,6 +13,7 @@
 //!   `notify.rs`, `wakeup.rs`: transaction poolers, and waking waiting nodes.
 //! - `memory/`: the same tables in memory, for tests (`table.rs`: statement by statement).
 
+mod backend;
 mod dialect;
 mod error;
 pub(crate) mod error_text;
@@ -30,6 +31,7 @@ mod tls;
 mod url;
 mod wakeup;
 
+pub use backend::Backend;
 pub use error::StoreError;
 pub use lease::{Commands, HeldRow, Lease, LeaseRow, Pending, ProcessToken};
 pub use lease_store::{ControlStore, LeaseStore, StepDownRequest};
@@ -38,4 +40,4 @@ pub use pooler::Pooler;
 pub use sql::DbConnection;
 pub use sql_store::{SqlStore, Timeouts};
 pub use tls::TlsError;
-pub use url::{Backend, DatabaseUrl, UrlError};
+pub use url::{DatabaseUrl, UrlError};

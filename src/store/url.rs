@@ -1,19 +1,10 @@
 //! Which database to use: a [`DatabaseUrl`] names the [`Backend`] and carries the
 //! password to the driver without ever letting it reach a log line.
 
-use serde::Serialize;
 use std::fmt;
 
+use super::backend::Backend;
 use super::pooler::Pooler;
-
-/// Which database a URL points at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    Postgres,
-    Mysql,
-    Sqlite,
-}
 
 /// A URL leaderd cannot use. `url` is already redacted; callers add where it came from
 /// (the configuration names its key).

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use super::{Mode, Names, Roots, TlsError, TlsParams};
-use crate::store::Backend;
+use crate::store::backend::Backend;
 
 /// Splits the TLS parameters out of `url` (a postgres:// or mysql:// URL): the URL without
 /// them, for the driver, and the settings they make.

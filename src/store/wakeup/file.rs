@@ -6,7 +6,7 @@ use std::fs::File;
 use std::path::PathBuf;
 use tokio::sync::oneshot;
 
-use super::SideLock;
+use super::side_lock::SideLock;
 
 /// An exclusive `flock` on a file beside the SQLite database. A blocking wait runs on a
 /// thread of its own; one that is given up on lets go of the lock as soon as it gets it.

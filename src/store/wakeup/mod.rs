@@ -20,7 +20,6 @@
 //! side lock lives in a task of its own, told by the store what its node holds.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,13 +30,12 @@ use tracing::{debug, info};
 use super::{Backend, DatabaseUrl};
 use file::FileLock;
 use mysql::MysqlLock;
+use side_lock::SideLock;
 
 mod file;
 mod mysql;
+mod side_lock;
 
-/// The longest single wait for a side lock; a waiting MySQL connection that died without
-/// a FIN or RST is noticed after it.
-const WAIT: Duration = Duration::from_secs(30);
 /// How often a held side lock's connection is checked.
 const PING_EVERY: Duration = Duration::from_secs(30);
 /// Between attempts after a side connection failed.
@@ -185,25 +183,6 @@ fn fnv1a(text: &str) -> u64 {
     text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
         (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
     })
-}
-
-/// One side lock, held by at most one node at a time.
-trait SideLock: Send + 'static {
-    /// Takes the lock if it is free, without waiting.
-    fn try_take(&mut self) -> impl Future<Output = Result<bool, String>> + Send;
-    /// Takes the lock, waiting for it up to [`WAIT`] (false if it did not come).
-    fn take(&mut self) -> impl Future<Output = Result<bool, String>> + Send;
-    /// Lets go of the lock.
-    fn give_back(&mut self) -> impl Future<Output = Result<(), String>> + Send;
-    /// Checks that a held lock is still held.
-    fn ping(&mut self) -> impl Future<Output = Result<(), String>> + Send;
-    /// Drops the connection or file, and with them the lock.
-    fn reset(&mut self);
-    /// Why this lock is not one lock for every node of the database, if it is not: then
-    /// holding it tells the others nothing, and waiting nodes poll instead.
-    fn unshared(&mut self) -> impl Future<Output = Result<Option<String>, String>> + Send;
-    /// What wakes waiting nodes when the lock is shared, for the log.
-    fn kind(&self) -> &'static str;
 }
 
 /// The task of one side lock: holds it while this node leads, waits for it while the

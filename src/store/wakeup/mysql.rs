@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::timeout;
 
-use super::{SideLock, WAIT};
+use super::side_lock::{SideLock, WAIT};
 use crate::store::DatabaseUrl;
 use crate::store::dialect::{
     MYSQL_WAKE_GIVE_BACK, MYSQL_WAKE_TAKE, MYSQL_WSREP_ON, Param, Statement,
