@@ -67,7 +67,7 @@ impl ClaimGate {
 }
 
 /// A gate on claims that its one holder closes and opens again (a health check, from
-/// [`Election::extra_claim_gate`]). A type of its own, so that no holder of the stop
+/// [`Election::extra_claim_gate`](super::Election::extra_claim_gate)). A type of its own, so that no holder of the stop
 /// gate ([`ClaimGate`]) can reopen that one.
 #[derive(Debug, Clone, Default)]
 pub struct CandidacyGate(ClaimGate);
