@@ -65,8 +65,10 @@ for patch in "${patches[@]}"; do
   elif grep -q "error\[E" <<<"$out"; then
     echo "| $name | DOES NOT COMPILE | - | - | - |"
     escaped=$((escaped + 1))
-  elif grep -q "test result: FAILED" <<<"$out"; then
-    echo "| $name | $(grep -m1 -oE '^---- [a-z_:]+' <<<"$out") | - | $direct |"
+  elif failed=$(grep -oE '^---- [a-z_:]+' <<<"$out" | grep -v 'sim::direct::' | head -1) && [ -n "$failed" ]; then
+    echo "| $name | ${failed#---- } | - | $direct |"
+  elif [ "$direct" != "- | -" ]; then
+    echo "| $name | missed by the tokio-driven runs | - | $direct |"
   elif failed=$(grep -m1 -oE '^---- [a-z_:]+ stdout' <<<"$unit"); then
     failed=${failed#---- }
     echo "| $name | missed by the simulator; unit test ${failed% stdout} | - | $direct |"
