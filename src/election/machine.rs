@@ -78,6 +78,8 @@ pub(crate) enum State {
         for_good: bool,
         /// A stop came during a resign: end once it is done.
         stop_after: bool,
+        /// A term a lost reacquire answer may have started, for the read after a resign.
+        in_doubt: Option<i64>,
     },
     /// Stopped while a statement was in flight: waits for its answer until `give_up`,
     /// since a claim's answer names a term to release.
@@ -108,6 +110,8 @@ pub(crate) enum Input {
     Look,
     /// The answer to the statement the machine sent last.
     Answer(Result<Reply, StoreError>),
+    /// The statement the machine sent last never left (a stop came first).
+    Unsent,
     /// The row's holder released it, or a command woke the row.
     ReleaseHint,
     /// A caller waits for a renewal (the loop keeps the request and answers it when told).
@@ -254,14 +258,14 @@ impl Machine {
             Input::Look => self.look_at_deadline(now, &mut actions),
             Input::Answer(answer) => self.answer(now, answer, &mut actions),
             Input::Due => match &self.state {
-                State::Stopping { held, .. } => {
-                    let held = *held;
-                    self.awaiting = None;
-                    actions.push(Action::Abandon);
-                    self.step_down(now, held, true, &mut actions);
-                }
+                State::Stopping { held, .. } => self.give_up_in_flight(now, *held, &mut actions),
                 _ => self.start_round(now, &mut actions),
             },
+            Input::Unsent => {
+                if let State::Stopping { held, .. } = &self.state {
+                    self.give_up_in_flight(now, *held, &mut actions);
+                }
+            }
             Input::ReleaseHint => {
                 if let State::Following { released_in, .. } = &mut self.state {
                     *released_in = self.published.term;
@@ -285,6 +289,24 @@ impl Machine {
             }
         }
         actions
+    }
+
+    /// A stopping node gives up the statement in flight (too slow, or never sent) and steps
+    /// down with what it held at the stop.
+    fn give_up_in_flight(
+        &mut self,
+        now: Moment,
+        held: Option<(i64, Instants)>,
+        actions: &mut Vec<Action>,
+    ) {
+        self.awaiting = None;
+        actions.push(Action::Abandon);
+        self.step_down(now, held, true, actions);
+    }
+
+    /// Whether it waits, stopped, for the answer of a statement in flight.
+    pub(crate) fn stopping_in_flight(&self) -> bool {
+        matches!(self.state, State::Stopping { .. })
     }
 
     /// When the loop must step with [`Input::Due`] if nothing else comes first: the next

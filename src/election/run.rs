@@ -331,7 +331,19 @@ impl<S: LeaseStore> Election<S> {
         let mut next = None;
         loop {
             let flow = match next.take() {
-                Some(statement) => {
+                Some(statement) => 'statement: {
+                    // A stop that came before the statement left: it is never sent.
+                    if !machine.stopping() && futures_util::poll!(&mut shutdown).is_ready() {
+                        let stopped = outlets.carry_out(machine.step(moment(), Input::Stop));
+                        if machine.stopping_in_flight() {
+                            let unsent = outlets.carry_out(machine.step(moment(), Input::Unsent));
+                            break 'statement Flow {
+                                abandoned: true,
+                                ..unsent
+                            };
+                        }
+                        debug_assert!(stopped.send.is_none() && stopped.finish.is_none());
+                    }
                     let answer = execute(
                         &mut store,
                         &settings,

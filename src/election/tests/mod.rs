@@ -8,6 +8,7 @@ mod lost_answers;
 mod renewals;
 mod rounds;
 mod settings;
+mod stop;
 mod suspend;
 
 use std::sync::Arc;
