@@ -8,7 +8,6 @@ use tracing::{debug, info, warn};
 
 use super::round::{Outcome, Round, RoundError};
 use super::{Action, Machine, Moment, Role, RoundReport, State};
-use crate::store::Commands;
 
 /// First retry after a failed round; doubles up to one interval.
 const RETRY_BASE: Duration = Duration::from_millis(50);
@@ -148,28 +147,22 @@ impl Machine {
                         term,
                         in_doubt: None,
                     },
-                    State::Leading {
-                        term: led,
-                        seen,
-                        resign_passed_on,
-                        ..
-                    } if led == term => State::Leading {
-                        term,
-                        deadline,
-                        seen,
-                        resign_passed_on,
-                    },
-                    // A new term starts with nothing seen.
+                    // What the round's renewals stated (nothing, in a new term).
                     _ => State::Leading {
                         term,
                         deadline,
-                        seen: Commands::default(),
-                        resign_passed_on: false,
+                        seen: round.seen,
+                        resign_passed_on: match self.state {
+                            State::Leading {
+                                term: led,
+                                resign_passed_on,
+                                ..
+                            } => led == term && resign_passed_on,
+                            _ => false,
+                        },
                     },
                 };
-                if let State::Leading { seen, .. } = self.state {
-                    self.published.paused = seen.paused;
-                }
+                self.published.paused = round.seen.paused;
                 match self.state {
                     State::Leading { .. } => {
                         let me = Some(settings.node_id.clone());

@@ -20,6 +20,9 @@ pub(in crate::election) struct Round {
     pub(super) may_claim: bool,
     /// Statements sent, for [`RoundReport::statements`](crate::election::RoundReport::statements).
     pub(super) statements: u64,
+    /// The operator commands the round's renewals state: the leader's, and those read
+    /// when a renewal was refused (a new term starts with nothing seen).
+    pub(super) seen: Commands,
 }
 
 /// The statement whose answer the machine waits for.
@@ -146,10 +149,15 @@ impl Machine {
             } => now.at.at < until,
             _ => false,
         };
+        let seen = match self.state {
+            State::Leading { seen, .. } => seen,
+            _ => Commands::default(),
+        };
         let mut round = Round {
             started: now.at,
             may_claim: now.claims_open && !self.claims_ended() && !resigned,
             statements: 0,
+            seen,
         };
         let released_in = match &mut self.state {
             State::Following { released_in, .. } => released_in.take(),
@@ -208,6 +216,7 @@ impl Machine {
             }
         };
         let me = self.settings.node_id.clone();
+        let mut round = round;
         let outcome = match (awaiting, reply) {
             (Awaiting::Renewal { term, retry, .. }, Reply::Done(renewed)) => match (renewed, retry)
             {
@@ -219,9 +228,7 @@ impl Machine {
                     elapsed,
                 ),
                 (true, Some((now_seen, round_trip))) => {
-                    if let State::Leading { seen, .. } = &mut self.state {
-                        *seen = now_seen;
-                    }
+                    round.seen = now_seen;
                     (
                         Outcome::Holding {
                             term,

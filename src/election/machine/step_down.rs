@@ -21,6 +21,12 @@ impl Machine {
         for_good: bool,
         actions: &mut Vec<Action>,
     ) {
+        // A term a lost answer may have started stays in doubt through a resign: the next
+        // read tells whether it is ours.
+        let in_doubt = match self.state {
+            State::Lapsed { in_doubt, .. } | State::Following { in_doubt, .. } => in_doubt,
+            _ => None,
+        };
         self.stop_acting(now, actions);
         self.answer_renewals(actions);
         if for_good {
@@ -41,6 +47,7 @@ impl Machine {
             lease_end,
             for_good,
             stop_after: false,
+            in_doubt,
         };
         self.send(
             Awaiting::Durable,
@@ -64,6 +71,7 @@ impl Machine {
             term,
             for_good,
             stop_after,
+            in_doubt,
             ..
         } = self.state
         else {
@@ -103,7 +111,7 @@ impl Machine {
             return;
         }
         self.state = State::Following {
-            in_doubt: None,
+            in_doubt,
             released_in: None,
             resigned_until: Some(now.at.at + self.settings.ttl),
         };
