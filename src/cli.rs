@@ -326,10 +326,10 @@ pub fn main() -> ExitCode {
             ..
         } if cron.quiet => "error",
         Command::Lock { verbose: false, .. } => "warn",
-        _ => &config.log_level,
+        _ => &config.log.level,
     };
     // `writer` flushes the log at the end of main, before the last words on stderr.
-    let (log, writer) = logging::init(cli.log_format.unwrap_or(config.log_format), level);
+    let (log, writer) = logging::init(cli.log_format.unwrap_or(config.log.format), level);
     for fallback in &config.env_fallbacks {
         match fallback.from_hook {
             true => tracing::debug!(variable = fallback.variable, "{fallback}"),
@@ -505,12 +505,12 @@ async fn status(config: Config, json: bool) -> anyhow::Result<()> {
     // Reads only, so that a role that may only SELECT can ask.
     let mut store = store(&config, false).read_only();
     let row = store
-        .get(&config.election)
+        .get(&config.election.name)
         .await
-        .with_context(|| format!("cannot read election {:?}", config.election))?;
+        .with_context(|| format!("cannot read election {:?}", config.election.name))?;
     let ms = |d: std::time::Duration| d.as_millis() as u64;
     let report = ElectionReport {
-        election: &config.election,
+        election: &config.election.name,
         leader: row.as_ref().and_then(|r| r.live_holder()),
         term: row.as_ref().map(|r| r.term),
         holder: row.as_ref().and_then(|r| r.holder.as_deref()),
@@ -523,7 +523,7 @@ async fn status(config: Config, json: bool) -> anyhow::Result<()> {
         members: None,
     };
     let leader = report.leader;
-    let members = match store.members(&config.election).await {
+    let members = match store.members(&config.election.name).await {
         Ok(members) => Some(operator::member_reports(&members, leader)),
         Err(error) => {
             tracing::warn!(%error, "cannot read the members");
@@ -588,8 +588,8 @@ async fn migrate(config: Config) -> anyhow::Result<()> {
     store(&config, true)
         .connect()
         .await
-        .with_context(|| format!("cannot migrate {}", config.database_url))?;
-    println!("migrations applied to {}", config.database_url);
+        .with_context(|| format!("cannot migrate {}", config.database.url))?;
+    println!("migrations applied to {}", config.database.url);
     Ok(())
 }
 
@@ -606,7 +606,7 @@ async fn lock(
     let mut signals = signals::forwarded_signals().context("cannot install signal handlers")?;
     // Unique per invocation: two `leaderd lock` on one host are two holders. A long node
     // id gives way to the pid.
-    let holder = id_with_suffix(&config.node_id, &format!(":{}", std::process::id()));
+    let holder = id_with_suffix(&config.node.id, &format!(":{}", std::process::id()));
     if let Err(error) = cron.check() {
         eprintln!("leaderd: {error}");
         return Ok(EXIT_USAGE);
@@ -628,7 +628,11 @@ async fn lock(
         }
     };
     let acquired = options
-        .acquire_unless(store(&config, config.migrate), cron.wait(), interrupt)
+        .acquire_unless(
+            store(&config, config.database.migrate),
+            cron.wait(),
+            interrupt,
+        )
         .await;
     let guard = match acquired.map_err(|error| cron_lock::named(error, name)) {
         Ok(guard) => guard,
@@ -720,7 +724,7 @@ async fn lock(
 /// `status --local`: the exit status says what this node's status file says, as long as
 /// the file is still valid (`valid_until` ahead: a frozen or dead daemon's file goes stale).
 fn local_status(config: &Config, json: bool) -> ExitCode {
-    let path = &config.status_path;
+    let path = &config.status.path;
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) => {

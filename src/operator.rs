@@ -256,7 +256,7 @@ pub async fn step_down(
     command: StepDownCommand,
     term: Option<i64>,
 ) -> Result<ExitCode, OperatorError> {
-    let election = config.election.as_str();
+    let election = config.election.name.as_str();
     let mut store = commands_store(config);
     let outcome = step_down_in_term(&mut store, election, &command, term, |said| {
         eprintln!("leaderd: {said}")
@@ -532,7 +532,7 @@ pub(crate) fn check_target(members: &[Member], to: &str) -> Result<(), String> {
 
 /// `leaderd pause [--for D]`.
 pub async fn pause(config: &Config, duration: Duration) -> Result<ExitCode, OperatorError> {
-    let election = config.election.as_str();
+    let election = config.election.name.as_str();
     let mut store = commands_store(config);
     store.pause(election, duration).await.map_err(|source| {
         let retry = || {
@@ -553,7 +553,7 @@ pub async fn pause(config: &Config, duration: Duration) -> Result<ExitCode, Oper
 
 /// `leaderd resume`.
 pub async fn resume(config: &Config) -> Result<ExitCode, OperatorError> {
-    let election = config.election.as_str();
+    let election = config.election.name.as_str();
     let mut store = commands_store(config);
     let found = store.resume(election).await.map_err(|source| {
         let retry = || "`leaderd resume` repeats it harmlessly".to_owned();
@@ -585,7 +585,7 @@ pub async fn watch(
     once: bool,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<ExitCode, OperatorError> {
-    let election = config.election.clone();
+    let election = config.election.name.clone();
     let mut store = store(config, false).read_only();
     let mut notifications = store.release_notifications(&election);
     tokio::pin!(stop);
@@ -630,7 +630,7 @@ pub async fn watch(
                 tracing::warn!(%error, "watch: read failed; retrying");
             }
         }
-        let next = soon.pop().unwrap_or(config.interval);
+        let next = soon.pop().unwrap_or(config.election.interval);
         let woken = async {
             match notifications.as_mut() {
                 Some(receiver) => {
