@@ -710,7 +710,9 @@ fn main() {
          ## Idle resources (one minute, leader and follower)\n\n\
          Connections: the most each node held at any of the samples taken every 500 ms over\n\
          the minute, over TCP: the election's, the wake-up channel's (LISTEN on PostgreSQL, the\n\
-         side lock on MariaDB) and, for a few milliseconds every 10 s, the members record's.\n\n\
+         side lock on MariaDB) and, for a few milliseconds every 10 s, the members record's.\n\
+         RSS is mostly the binary's code, paged in: this build has the `kubernetes` feature (the\n\
+         test build turns it on), 1.4 MB more code than the package's build, which leaves it out.\n\n\
          | backend | leader RSS | leader CPU | leader connections | follower RSS | follower CPU | follower connections |\n|---|---|---|---|---|---|---|\n{idle_table}\n\
          ## Scale (one local PostgreSQL, one process)\n\n\
          Elections in this process share a few connections (`store::shared::SharedStore`);\n\
