@@ -413,6 +413,54 @@ async fn idle(backend: Backend, duration: Duration) -> [(f64, f64, Option<usize>
     [measured[leader_index], measured[1 - leader_index]]
 }
 
+/// The idle table's rows: a leader and a follower on each backend, idle for a minute.
+async fn idle_rows() -> String {
+    eprintln!("idle nodes, one minute");
+    let idles = futures_util::future::join_all(
+        BACKENDS.map(|(backend, _)| idle(backend, Duration::from_secs(60))),
+    )
+    .await;
+    let held = |connections: Option<usize>| {
+        connections.map_or("— (a file)".to_owned(), |n| n.to_string())
+    };
+    let mut rows = String::new();
+    for ((_, name), [leader, follower]) in BACKENDS.iter().zip(idles) {
+        let _ = writeln!(
+            rows,
+            "| {name} | {:.1} MiB | {:.0} ms | {} | {:.1} MiB | {:.0} ms | {} |",
+            leader.0,
+            leader.1,
+            held(leader.2),
+            follower.0,
+            follower.1,
+            held(follower.2)
+        );
+    }
+    rows
+}
+
+/// BENCHMARKS.md with the idle table's rows replaced by `rows`, the rest as it was.
+fn with_idle_rows(page: &str, rows: &str) -> String {
+    let mut out = String::new();
+    let mut lines = page.lines().peekable();
+    while let Some(line) = lines.next() {
+        out.push_str(line);
+        out.push('\n');
+        if line.starts_with("| backend | leader RSS") {
+            // The header's rule, then the old rows.
+            if let Some(rule) = lines.next() {
+                out.push_str(rule);
+                out.push('\n');
+            }
+            while lines.peek().is_some_and(|l| l.starts_with('|')) {
+                lines.next();
+            }
+            out.push_str(rows);
+        }
+    }
+    out
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let runs = args
@@ -474,6 +522,14 @@ fn main() {
             }
             return;
         }
+        Some(Some(part)) if part == "idle" => {
+            // The idle table alone, written into BENCHMARKS.md in place.
+            let rows = runtime.block_on(idle_rows());
+            print!("{rows}");
+            let page = std::fs::read_to_string("BENCHMARKS.md").unwrap();
+            std::fs::write("BENCHMARKS.md", with_idle_rows(&page, &rows)).unwrap();
+            return;
+        }
         Some(Some(part)) if part == "rounds" => {
             // Statements per round on each backend (the steady state stays one).
             for (backend, name) in BACKENDS {
@@ -489,7 +545,7 @@ fn main() {
             return;
         }
         Some(other) => {
-            eprintln!("--only takes scale, etcd, handover or rounds, not {other:?}");
+            eprintln!("--only takes scale, etcd, handover, rounds or idle, not {other:?}");
             std::process::exit(2);
         }
     }
@@ -530,26 +586,7 @@ fn main() {
                 );
             }
         }
-        eprintln!("idle nodes, one minute");
-        let idles = futures_util::future::join_all(
-            BACKENDS.map(|(backend, _)| idle(backend, Duration::from_secs(60))),
-        )
-        .await;
-        let held = |connections: Option<usize>| {
-            connections.map_or("— (a file)".to_owned(), |n| n.to_string())
-        };
-        for ((_, name), [leader, follower]) in BACKENDS.iter().zip(idles) {
-            let _ = writeln!(
-                idle_table,
-                "| {name} | {:.1} MiB | {:.0} ms | {} | {:.1} MiB | {:.0} ms | {} |",
-                leader.0,
-                leader.1,
-                held(leader.2),
-                follower.0,
-                follower.1,
-                held(follower.2)
-            );
-        }
+        idle_table = idle_rows().await;
     });
     let scale = runtime.block_on(scale_table());
     eprintln!("etcd reference");
@@ -674,7 +711,9 @@ fn main() {
          ## Idle resources (one minute, leader and follower)\n\n\
          Connections: the most each node held at any of the samples taken every 500 ms over\n\
          the minute, over TCP: the election's, the wake-up channel's (LISTEN on PostgreSQL, the\n\
-         side lock on MariaDB) and, for a few milliseconds every 10 s, the members record's.\n\n\
+         side lock on MariaDB) and, for a few milliseconds every 10 s, the members record's.\n\
+         RSS is mostly the binary's code, paged in: this build has the `kubernetes` feature (the\n\
+         test build turns it on), 1.4 MB more code than the package's build, which leaves it out.\n\n\
          | backend | leader RSS | leader CPU | leader connections | follower RSS | follower CPU | follower connections |\n|---|---|---|---|---|---|---|\n{idle_table}\n\
          ## Scale (one local PostgreSQL, one process)\n\n\
          Elections in this process share a few connections (`store::shared::SharedStore`);\n\

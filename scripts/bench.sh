@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the benchmarks and rewrites BENCHMARKS.md: the database servers must be up (as for
 # scripts/test.sh), and etcd is installed for the reference measurement.
-# Extra arguments go to the benchmark (e.g. `scripts/bench.sh --runs 10`).
+# Extra arguments go to the benchmark (e.g. `scripts/bench.sh --runs 10`);
+# `scripts/bench.sh --only idle` measures idle nodes alone and rewrites only that table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -286,11 +286,11 @@ pub fn main() -> ExitCode {
         }
     };
     let level = match &cli.command {
-        Command::Lock { args } => args.log_level().unwrap_or(&config.log_level),
-        _ => &config.log_level,
+        Command::Lock { args } => args.log_level().unwrap_or(&config.log.level),
+        _ => &config.log.level,
     };
     // `writer` flushes the log at the end of main, before the last words on stderr.
-    let (log, writer) = logging::init(cli.log_format.unwrap_or(config.log_format), level);
+    let (log, writer) = logging::init(cli.log_format.unwrap_or(config.log.format), level);
     for fallback in &config.env_fallbacks {
         match fallback.from_hook {
             true => tracing::debug!(variable = fallback.variable, "{fallback}"),
@@ -435,7 +435,7 @@ async fn migrate(config: Config) -> anyhow::Result<()> {
     store(&config, true)
         .connect()
         .await
-        .with_context(|| format!("cannot migrate {}", config.database_url))?;
-    println!("migrations applied to {}", config.database_url);
+        .with_context(|| format!("cannot migrate {}", config.database.url))?;
+    println!("migrations applied to {}", config.database.url);
     Ok(())
 }

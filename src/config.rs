@@ -1,24 +1,41 @@
-//! Configuration: a TOML file plus `LEADERD_<SECTION>__<KEY>` environment overrides,
-//! validated into [`Config`]. Every error names the offending key and value. This file
-//! holds the typed values, their errors and their TOML form; reading them is `load.rs`.
+//! Configuration: a TOML file plus `LEADERD_<SECTION>__<KEY>` environment overrides, read
+//! into [`Config`], one struct per section. A key is a field of its section, with its
+//! default and its text form; `load.rs` checks it, and config/leaderd.toml documents it.
+//! The known keys, the printed form and the reload's comparison all follow from the
+//! structs. Every error names the offending key and value.
 
 mod load;
+mod names;
 mod preflight;
+mod secrets;
+mod value;
 
-pub use crate::env_names::{DEFAULT_CONFIG_VARIABLE, is_config_variable};
+pub use crate::env_names::DEFAULT_CONFIG_VARIABLE;
 
 use crate::election::settings::{Setting, SettingsError};
 use crate::hooks::HooksConfig;
+use crate::hooks::config::health_check::HealthCheckConfig;
+use crate::kubernetes::KubernetesConfig;
 use crate::logging::LogFormat;
-use crate::store::{DatabaseUrl, UrlError};
+use crate::store::{DatabaseUrl, Pooler, UrlError};
+use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read configuration: {0}")]
-    Load(#[from] config::ConfigError),
+    #[error(
+        "cannot read configuration file {path:?} ({source}); check the path and that leaderd's user may read it"
+    )]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("configuration file {path:?} is not valid TOML: {message}")]
+    Syntax { path: PathBuf, message: String },
     #[error("unknown configuration key `{key}` (from {origin}); {hint}")]
     UnknownKey {
         key: String,
@@ -39,12 +56,13 @@ pub enum ConfigError {
     },
     #[error("{key} = {value:?}: {reason}")]
     Invalid {
-        key: &'static str,
+        key: String,
         value: String,
         reason: String,
     },
-    #[error(transparent)]
-    Hooks(#[from] crate::hooks::config::HookConfigError),
+    /// A section that names its own key and value (`[hooks]`, `[election.health_check]`).
+    #[error("{0}")]
+    Section(String),
     #[error(
         "{key} = {path:?}: cannot read the file ({source}); check the path and that leaderd's user may read it"
     )]
@@ -74,9 +92,9 @@ pub enum ConfigError {
     Hostname(#[source] std::io::Error),
 }
 
-fn invalid(key: &'static str, value: impl fmt::Display, reason: impl Into<String>) -> ConfigError {
+fn invalid(key: &str, value: impl fmt::Display, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
-        key,
+        key: key.to_owned(),
         value: value.to_string(),
         reason: reason.into(),
     }
@@ -106,50 +124,184 @@ impl From<UrlError> for ConfigError {
     }
 }
 
-/// The validated configuration.
-#[derive(Debug, Clone)]
+/// The validated configuration. `check-config` prints it (the database password
+/// redacted), and a reload compares it section by section.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct Config {
-    /// This node's id in the table (the container id of the seed): the host name unless set.
-    pub node_id: String,
-    /// Which election (row) this node joins.
-    pub election: String,
-    /// How long a renewal keeps the lease, by the database clock.
-    pub ttl: Duration,
-    /// How often a node claims or renews.
-    pub interval: Duration,
-    /// `false`: an observer, which follows the election but never claims the lease.
-    pub candidate: bool,
-    /// `[election.health_check]`: while it fails, this node does not claim, and steps
-    /// down if it leads.
-    pub health_check: Option<crate::hooks::config::health_check::HealthCheckConfig>,
-    /// A leader hands over to a candidate of higher priority (see `preempt_after`).
-    pub priority: i64,
-    /// How long a candidate of higher priority must have been a member before the leader
-    /// hands over to it; zero turns preemption off.
-    pub preempt_after: Duration,
-    pub database_url: DatabaseUrl,
-    /// Bound on establishing a connection, session set-up included.
-    pub connect_timeout: Duration,
-    /// Bound on one statement, client side and server side.
-    pub query_timeout: Duration,
-    /// Apply the embedded migrations when `run` starts.
-    pub migrate: bool,
-    pub status_path: PathBuf,
-    /// The default tracing filter when `RUST_LOG` is not set.
-    pub log_level: String,
-    /// The log line format unless `--log-format` is given.
-    pub log_format: LogFormat,
-    /// Where to serve /leader, /status and /metrics (off unless set).
-    pub http_listen: Option<std::net::SocketAddr>,
+    /// Always present: the loader fills `node.id` in when nothing sets it.
+    pub node: Node,
+    #[serde(default)]
+    pub election: Election,
+    #[serde(default)]
+    pub database: Database,
+    #[serde(default)]
+    pub status: Status,
+    #[serde(default)]
+    pub log: Log,
+    #[serde(default)]
+    pub http: Http,
+    #[serde(default)]
     pub hooks: HooksConfig,
     /// `[kubernetes]`: the role label on this node's pod.
-    pub kubernetes: crate::kubernetes::KubernetesConfig,
+    #[serde(default)]
+    pub kubernetes: KubernetesConfig,
     /// Hook variables taken as configuration because the real key was not set (logged
     /// once logging is up).
+    #[serde(skip)]
     pub env_fallbacks: Vec<EnvFallback>,
     /// `LEADERD_*` variables that are neither configuration, nor documented, nor close to a
     /// configuration variable (logged once, as one warning).
+    #[serde(skip)]
     pub unknown_variables: Vec<String>,
+}
+
+/// `[node]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Node {
+    /// This node's id in the table: the host name unless set.
+    pub id: String,
+}
+
+/// `[election]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Election {
+    /// Which election (row) this node joins.
+    #[serde(deserialize_with = "value::text")]
+    pub name: String,
+    /// How long a renewal keeps the lease, by the database clock.
+    #[serde(with = "value::positive")]
+    pub ttl: Duration,
+    /// How often a node claims or renews.
+    #[serde(with = "value::positive")]
+    pub interval: Duration,
+    /// `false`: an observer, which follows the election but never claims the lease.
+    #[serde(deserialize_with = "value::flag")]
+    pub candidate: bool,
+    /// A leader hands over to a candidate of higher priority (see `preempt_after`).
+    #[serde(deserialize_with = "value::integer")]
+    pub priority: i64,
+    /// How long a candidate of higher priority must have been a member before the leader
+    /// hands over to it; zero turns preemption off.
+    #[serde(with = "value::preemption")]
+    pub preempt_after: Duration,
+    /// `[election.health_check]`: while it fails, this node does not claim, and steps
+    /// down if it leads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheckConfig>,
+}
+
+impl Default for Election {
+    fn default() -> Self {
+        Election {
+            name: "default".to_owned(),
+            ttl: Duration::from_millis(1200),
+            interval: Duration::from_secs(1),
+            candidate: true,
+            priority: 0,
+            preempt_after: Duration::from_secs(10),
+            health_check: None,
+        }
+    }
+}
+
+/// `[database]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Database {
+    /// The URL in force: `url`, `url_file` or the systemd credential, with the password
+    /// of `password_file` put in (`secrets.rs`). Read again on every load, so a reload
+    /// sees a rotated secret.
+    #[serde(skip_deserializing, serialize_with = "value::redacted")]
+    pub url: DatabaseUrl,
+    /// `url` as written.
+    #[serde(rename(deserialize = "url"), skip_serializing)]
+    url_text: Option<String>,
+    #[serde(skip_serializing)]
+    pub url_file: Option<PathBuf>,
+    #[serde(skip_serializing)]
+    pub password_file: Option<PathBuf>,
+    /// Bound on establishing a connection, session set-up included.
+    #[serde(with = "value::positive")]
+    pub connect_timeout: Duration,
+    /// Bound on one statement, client side and server side: the ttl unless set (zero
+    /// until the loader puts it in).
+    #[serde(with = "value::positive")]
+    pub query_timeout: Duration,
+    /// Apply the embedded migrations when `run` starts.
+    #[serde(deserialize_with = "value::flag")]
+    pub migrate: bool,
+    /// What sits between leaderd and the database (PgBouncer's pool_mode).
+    #[serde(deserialize_with = "value::pooler")]
+    pub pooler: Pooler,
+}
+
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://leaderd.sqlite3";
+pub const DEFAULT_STATUS_PATH: &str = "leaderd.status.json";
+
+impl Default for Database {
+    fn default() -> Self {
+        Database {
+            url: DatabaseUrl::parse(DEFAULT_DATABASE_URL).expect("the default URL parses"),
+            url_text: None,
+            url_file: None,
+            password_file: None,
+            connect_timeout: Duration::from_secs(2),
+            query_timeout: Duration::ZERO,
+            migrate: true,
+            pooler: Pooler::None,
+        }
+    }
+}
+
+/// `[status]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Status {
+    pub path: PathBuf,
+}
+
+impl Default for Status {
+    fn default() -> Self {
+        Status {
+            path: PathBuf::from(DEFAULT_STATUS_PATH),
+        }
+    }
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Log {
+    /// The default tracing filter when `RUST_LOG` is not set.
+    #[serde(deserialize_with = "value::text")]
+    pub level: String,
+    /// The log line format unless `--log-format` is given.
+    #[serde(with = "value::log_format")]
+    pub format: LogFormat,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Log {
+            level: "info".to_owned(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// `[http]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Http {
+    /// Where to serve /leader, /status and /metrics (off unless set).
+    #[serde(
+        deserialize_with = "value::listen",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub listen: Option<SocketAddr>,
 }
 
 /// `LEADERD_NODE_ID` or `LEADERD_ELECTION` read in place of `node.id` or `election.name`.
@@ -196,90 +348,49 @@ pub fn default_file() -> Option<PathBuf> {
     Some(default_path()).filter(|path| !path.as_os_str().is_empty() && path.exists())
 }
 
-pub const DEFAULT_DATABASE_URL: &str = "sqlite://leaderd.sqlite3";
-pub const DEFAULT_STATUS_PATH: &str = "leaderd.status.json";
-
 impl Config {
     /// This configuration for another election (`--election NAME`), checked by the
     /// election's rules.
     pub fn with_election(mut self, name: &str) -> Result<Self, ConfigError> {
-        crate::election::ElectionSettings::new(name, &self.node_id, self.ttl, self.interval)
-            .map_err(|error| match ConfigError::from(error) {
-                ConfigError::Invalid { value, reason, .. } => ConfigError::Invalid {
-                    key: "--election",
-                    value,
-                    reason,
-                },
+        let e = &self.election;
+        crate::election::ElectionSettings::new(name, &self.node.id, e.ttl, e.interval).map_err(
+            |error| match ConfigError::from(error) {
+                ConfigError::Invalid { value, reason, .. } => invalid("--election", value, reason),
                 other => other,
-            })?;
-        self.election = name.to_owned();
+            },
+        )?;
+        self.election.name = name.to_owned();
         self.env_fallbacks.retain(|f| f.key != "election.name");
         Ok(self)
     }
 
-    /// The effective configuration as TOML, with the database password redacted.
+    /// The effective configuration as TOML, every default spelled out and the database
+    /// password redacted.
     pub fn to_toml_redacted(&self) -> String {
-        let d = |d: Duration| humantime::format_duration(d).to_string();
-        let table = toml::toml! {
-            [node]
-            id = (self.node_id.clone())
+        toml::to_string(self).unwrap_or_else(|error| format!("# cannot be shown: {error}\n"))
+    }
 
-            [election]
-            name = (self.election.clone())
-            ttl = (d(self.ttl))
-            interval = (d(self.interval))
-            candidate = (self.candidate)
-            priority = (self.priority)
-            preempt_after = (d(self.preempt_after))
-
-            [database]
-            url = (self.database_url.redacted())
-            connect_timeout = (d(self.connect_timeout))
-            query_timeout = (d(self.query_timeout))
-            migrate = (self.migrate)
-            pooler = (self.database_url.pooler().as_str())
-
-            [status]
-            path = (self.status_path.display().to_string())
-
-            [log]
-            level = (self.log_level.clone())
-            format = (match self.log_format {
-                LogFormat::Text => "text",
-                LogFormat::Json => "json",
-            })
-        };
-        let mut table = table;
-        if let (Some(check), Some(toml::Value::Table(election))) =
-            (&self.health_check, table.get_mut("election"))
-        {
-            election.insert("health_check".into(), toml::Value::Table(check.to_toml()));
-        }
-        if let Some(listen) = self.http_listen {
-            let mut http = toml::Table::new();
-            http.insert("listen".into(), listen.to_string().into());
-            table.insert("http".into(), toml::Value::Table(http));
-        }
-        table.insert("hooks".into(), toml::Value::Table(self.hooks.to_toml()));
-        let k = &self.kubernetes;
-        if let Some(label) = &k.role_label {
-            let mut kubernetes = toml::Table::new();
-            kubernetes.insert("role_label".into(), label.clone().into());
-            let path = |p: &PathBuf| p.display().to_string();
-            for (key, value) in [
-                ("pod_name", k.pod_name.clone()),
-                ("namespace", k.namespace.clone()),
-                ("api_url", k.api_url.clone()),
-                ("token_file", k.token_file.as_ref().map(path)),
-                ("ca_file", k.ca_file.as_ref().map(path)),
-            ] {
-                if let Some(value) = value {
-                    kubernetes.insert(key.into(), value.into());
-                }
+    /// The keys whose change a reload cannot apply (they need a restart): every section but
+    /// the hooks (apart from their containment) and the log level.
+    pub fn needs_restart(&self, new: &Config) -> Vec<&'static str> {
+        let mut changed = Vec::new();
+        let mut compare = |key: &'static str, differs: bool| {
+            if differs {
+                changed.push(key);
             }
-            table.insert("kubernetes".into(), toml::Value::Table(kubernetes));
-        }
-        toml::to_string(&table).unwrap_or_default()
+        };
+        compare("node", self.node != new.node);
+        compare("election", self.election != new.election);
+        compare("database", self.database != new.database);
+        compare("status", self.status != new.status);
+        compare("http", self.http != new.http);
+        compare("log.format", self.log.format != new.log.format);
+        compare(
+            "hooks.containment",
+            self.hooks.containment != new.hooks.containment,
+        );
+        compare("kubernetes", self.kubernetes != new.kubernetes);
+        changed
     }
 }
 
@@ -320,15 +431,15 @@ mod tests {
     #[test]
     fn defaults() {
         let c = load("", &[]).unwrap();
-        assert_eq!(c.node_id, "node-a");
-        assert_eq!(c.election, "default");
-        assert_eq!(c.ttl, Duration::from_millis(1200));
-        assert_eq!(c.interval, Duration::from_secs(1));
-        assert_eq!(c.query_timeout, c.ttl);
-        assert_eq!(c.database_url.backend(), crate::store::Backend::Sqlite);
-        assert_eq!(c.database_url.sqlite_path(), "leaderd.sqlite3");
-        assert!(c.migrate);
-        assert!(c.candidate && c.health_check.is_none());
+        assert_eq!(c.node.id, "node-a");
+        assert_eq!(c.election.name, "default");
+        assert_eq!(c.election.ttl, Duration::from_millis(1200));
+        assert_eq!(c.election.interval, Duration::from_secs(1));
+        assert_eq!(c.database.query_timeout, c.election.ttl);
+        assert_eq!(c.database.url.backend(), crate::store::Backend::Sqlite);
+        assert_eq!(c.database.url.sqlite_path(), "leaderd.sqlite3");
+        assert!(c.database.migrate);
+        assert!(c.election.candidate && c.election.health_check.is_none());
     }
 
     #[test]
@@ -338,8 +449,8 @@ mod tests {
             &[],
         )
         .unwrap();
-        assert!(!c.candidate);
-        let check = c.health_check.as_ref().unwrap();
+        assert!(!c.election.candidate);
+        let check = c.election.health_check.as_ref().unwrap();
         assert_eq!(check.argv, ["/bin/check", "db"]);
         assert_eq!(
             (check.interval, check.failures),
@@ -349,7 +460,7 @@ mod tests {
         assert!(toml.contains("candidate = false"), "{toml}");
         assert!(toml.contains("[election.health_check]"), "{toml}");
         let c = load("", &[("LEADERD_ELECTION__CANDIDATE", "false")]).unwrap();
-        assert!(!c.candidate);
+        assert!(!c.election.candidate);
         let e = error("[election.health_check]\ncommand = \"check\"\n", &[]);
         assert!(e.contains("election.health_check.command"), "{e}");
     }
@@ -367,8 +478,8 @@ mod tests {
             ],
         )
         .unwrap();
-        assert_eq!(c.ttl, Duration::from_secs(5));
-        assert!(!c.migrate);
+        assert_eq!(c.election.ttl, Duration::from_secs(5));
+        assert!(!c.database.migrate);
         let c = load("", &[("LEADERD_HOOKS__CONTAINMENT", "subreaper")]).unwrap();
         assert_eq!(
             c.hooks.containment,
@@ -456,17 +567,17 @@ mod tests {
     #[test]
     fn pooler_mode() {
         let c = load("[database]\nurl = \"postgres://u@h/x\"\n", &[]).unwrap();
-        assert!(!c.database_url.transaction_pooled());
+        assert!(!c.database.url.transaction_pooled());
         assert!(c.to_toml_redacted().contains("pooler = \"none\""));
         let c = load(
             "[database]\nurl = \"postgres://u@h/x\"\npooler = \"transaction\"\n",
             &[],
         )
         .unwrap();
-        assert!(c.database_url.transaction_pooled());
+        assert!(c.database.url.transaction_pooled());
         assert!(c.to_toml_redacted().contains("pooler = \"transaction\""));
         let c = load("", &[("LEADERD_DATABASE__POOLER", "session")]).unwrap();
-        assert!(!c.database_url.transaction_pooled());
+        assert!(!c.database.url.transaction_pooled());
         let e = error("[database]\npooler = \"statement\"\n", &[]);
         assert!(
             e.starts_with("database.pooler = \"statement\": expected"),
@@ -484,16 +595,16 @@ mod tests {
 
     #[test]
     fn log_format_from_file_and_environment() {
-        assert_eq!(load("", &[]).unwrap().log_format, LogFormat::Text);
+        assert_eq!(load("", &[]).unwrap().log.format, LogFormat::Text);
         let c = load("[log]\nformat = \"json\"\n", &[]).unwrap();
-        assert_eq!(c.log_format, LogFormat::Json);
+        assert_eq!(c.log.format, LogFormat::Json);
         assert!(c.to_toml_redacted().contains("format = \"json\""));
         let c = load(
             "[log]\nformat = \"json\"\n",
             &[("LEADERD_LOG__FORMAT", "text")],
         )
         .unwrap();
-        assert_eq!(c.log_format, LogFormat::Text);
+        assert_eq!(c.log.format, LogFormat::Text);
         let e = error("", &[("LEADERD_LOG__FORMAT", "xml")]);
         assert!(
             e.starts_with("log.format = \"xml\": expected \"text\" or \"json\""),
@@ -524,7 +635,7 @@ mod tests {
         ]);
         let d = dir.display();
         let c = load(&format!("[database]\nurl_file = \"{d}/url\"\n"), &[]).unwrap();
-        assert_eq!(c.database_url.expose(), "postgres://app:fromfile@db/app");
+        assert_eq!(c.database.url.expose(), "postgres://app:fromfile@db/app");
         let c = load(
             &format!(
                 "[database]\nurl = \"postgres://app@db/app\"\npassword_file = \"{d}/password\"\n"
@@ -532,23 +643,23 @@ mod tests {
             &[],
         )
         .unwrap();
-        assert_eq!(c.database_url.expose(), "postgres://app:s3cret@db/app");
+        assert_eq!(c.database.url.expose(), "postgres://app:s3cret@db/app");
         assert!(!c.to_toml_redacted().contains("s3cret"));
         // systemd credentials, when the configuration names no source.
         let creds = [("CREDENTIALS_DIRECTORY", d.to_string())];
         let creds: Vec<(&str, &str)> = creds.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let c = load("", &creds).unwrap();
-        assert_eq!(c.database_url.expose(), "mysql://app:credpw@db/app");
+        assert_eq!(c.database.url.expose(), "mysql://app:credpw@db/app");
         let c = load("[database]\nurl = \"postgres://u@h/x\"\n", &creds).unwrap();
-        assert_eq!(c.database_url.expose(), "postgres://u:credpw@h/x");
+        assert_eq!(c.database.url.expose(), "postgres://u:credpw@h/x");
         // The unit's SetCredential= fallback (a lone newline) is no credential at all.
         let empty = secrets(&[("database-url", "\n"), ("database-password", "\n")]);
         let empty = [("CREDENTIALS_DIRECTORY", empty.display().to_string())];
         let empty: Vec<(&str, &str)> = empty.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let c = load("[database]\nurl = \"postgres://u@h/x\"\n", &empty).unwrap();
-        assert_eq!(c.database_url.expose(), "postgres://u@h/x");
+        assert_eq!(c.database.url.expose(), "postgres://u@h/x");
         let c = load("", &empty).unwrap();
-        assert_eq!(c.database_url.expose(), "sqlite://leaderd.sqlite3");
+        assert_eq!(c.database.url.expose(), "sqlite://leaderd.sqlite3");
         std::fs::remove_dir_all(empty[0].1).unwrap();
         // Errors name the key and the file, never the secret.
         let e = error(&format!("[database]\nurl_file = \"{d}/bad\"\n"), &[]);
@@ -628,7 +739,10 @@ mod tests {
     #[test]
     fn hook_variables_stand_in_for_unset_node_id_and_election_name() {
         let c = load_env(&[("LEADERD_NODE_ID", "web-1"), ("LEADERD_ELECTION", "jobs")]);
-        assert_eq!((c.node_id.as_str(), c.election.as_str()), ("web-1", "jobs"));
+        assert_eq!(
+            (c.node.id.as_str(), c.election.name.as_str()),
+            ("web-1", "jobs")
+        );
         let variables: Vec<_> = c.env_fallbacks.iter().map(|f| f.variable).collect();
         assert_eq!(variables, ["LEADERD_NODE_ID", "LEADERD_ELECTION"]);
         assert!(c.env_fallbacks.iter().all(|f| !f.from_hook));
@@ -636,7 +750,7 @@ mod tests {
         assert!(note.contains("LEADERD_NODE__ID"), "{note}");
         // Under a hook, which set them with the same meaning.
         let c = load_env(&[("LEADERD_NODE_ID", "web-1"), ("LEADERD_EVENT", "elected")]);
-        assert_eq!(c.node_id, "web-1");
+        assert_eq!(c.node.id, "web-1");
         assert!(c.env_fallbacks[0].from_hook);
         // The real keys win, and then nothing is noted.
         let c = load_env(&[
@@ -645,11 +759,38 @@ mod tests {
             ("LEADERD_ELECTION", "jobs"),
             ("LEADERD_ELECTION__NAME", "mail"),
         ]);
-        assert_eq!((c.node_id.as_str(), c.election.as_str()), ("web-2", "mail"));
+        assert_eq!(
+            (c.node.id.as_str(), c.election.name.as_str()),
+            ("web-2", "mail")
+        );
         assert!(c.env_fallbacks.is_empty());
         // --id wins too.
         let c = load("", &[("LEADERD_NODE_ID", "web-1")]).unwrap();
-        assert_eq!(c.node_id, "node-a");
+        assert_eq!(c.node.id, "node-a");
         assert!(c.env_fallbacks.is_empty());
+    }
+
+    #[test]
+    fn a_reload_names_the_sections_that_need_a_restart() {
+        let old = load("[database]\nurl = \"postgres://u:one@h/x\"\n", &[]).unwrap();
+        let same = |toml: &str, env: &[(&str, &str)]| old.needs_restart(&load(toml, env).unwrap());
+        let base = "[database]\nurl = \"postgres://u:one@h/x\"\n";
+        // What a reload applies: the hooks and the log level.
+        assert!(same(base, &[("LEADERD_LOG__LEVEL", "debug")]).is_empty());
+        let hooks = format!("{base}[hooks]\non_elected = [\"/bin/true\"]\n");
+        assert!(same(&hooks, &[]).is_empty());
+        // A rotated password, though the printed form is the same.
+        assert_eq!(
+            same("[database]\nurl = \"postgres://u:two@h/x\"\n", &[]),
+            ["database"]
+        );
+        assert_eq!(
+            same(base, &[("LEADERD_ELECTION__PRIORITY", "3")]),
+            ["election"]
+        );
+        assert_eq!(
+            same(base, &[("LEADERD_HOOKS__CONTAINMENT", "subreaper")]),
+            ["hooks.containment"]
+        );
     }
 }

@@ -30,10 +30,10 @@ pub struct ConfigSource {
 
 pub fn store(config: &Config, migrate: bool) -> SqlStore {
     SqlStore::new(
-        config.database_url.clone(),
+        config.database.url.clone(),
         Timeouts {
-            connect: config.connect_timeout,
-            query: config.query_timeout,
+            connect: config.database.connect_timeout,
+            query: config.database.query_timeout,
         },
         migrate,
     )
@@ -45,41 +45,42 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     let mut reload_requests =
         signals::reload_requests().context("cannot install signal handlers")?;
     info!(
-        election = %config.election,
-        node = %config.node_id,
-        database = %config.database_url,
-        ttl = %humantime::format_duration(config.ttl),
-        interval = %humantime::format_duration(config.interval),
+        election = %config.election.name,
+        node = %config.node.id,
+        database = %config.database.url,
+        ttl = %humantime::format_duration(config.election.ttl),
+        interval = %humantime::format_duration(config.election.interval),
         "leaderd starting"
     );
     let settings = ElectionSettings::new(
-        &config.election,
-        &config.node_id,
-        config.ttl,
-        config.interval,
+        &config.election.name,
+        &config.node.id,
+        config.election.ttl,
+        config.election.interval,
     )
     .map_err(ConfigError::from)?;
-    let (mut election, statuses) = Election::new(settings, store(&config, config.migrate));
+    let (mut election, statuses) = Election::new(settings, store(&config, config.database.migrate));
     // A node told to stop never claims again, whatever its link does while its hooks
     // step down.
     let claims = election.claim_gate();
     // An observer follows the election and never claims: its rounds are reads.
-    if !config.candidate {
+    if !config.election.candidate {
         claims.close();
     }
     let health_gate = config
+        .election
         .health_check
         .as_ref()
-        .filter(|_| config.candidate)
+        .filter(|_| config.election.candidate)
         .map(|_| election.extra_claim_gate());
-    if config.health_check.is_some() && !config.candidate {
+    if config.election.health_check.is_some() && !config.election.candidate {
         warn!("election.health_check is not run on an observer (election.candidate = false)");
     }
     let (standing_sender, standing) = watch::channel(Standing {
-        candidate: config.candidate,
+        candidate: config.election.candidate,
         health: health_gate.as_ref().map(|_| Health::Starting),
     });
-    let metrics = Metrics::new(&config.election);
+    let metrics = Metrics::new(&config.election.name);
     metrics.expect_hooks(&config);
     let (rounds_completed, rounds) = watch::channel(0u64);
     // When the last round completed, for /healthz.
@@ -96,7 +97,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         rounds_completed.send_replace(report.completed);
         round_times.send_replace(Some(std::time::Instant::now()));
     }));
-    let http = match config.http_listen {
+    let http = match config.http.listen {
         Some(addr) => {
             let liveness = http::Liveness {
                 last_round,
@@ -104,8 +105,8 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
             };
             let (bound, task) = http::serve(
                 addr,
-                config.election.clone(),
-                config.node_id.clone(),
+                config.election.name.clone(),
+                config.node.id.clone(),
                 statuses.clone(),
                 standing.clone(),
                 metrics.clone(),
@@ -118,10 +119,10 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         None => None,
     };
     let context = HookContext {
-        election: config.election.clone(),
-        node_id: config.node_id.clone(),
-        interval: config.interval,
-        ttl: config.ttl,
+        election: config.election.name.clone(),
+        node_id: config.node.id.clone(),
+        interval: config.election.interval,
+        ttl: config.election.ttl,
         metrics: Some(std::sync::Arc::new(metrics.clone())),
         containment: hooks::resolve_containment(config.hooks.containment)?,
     };
@@ -135,7 +136,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         statuses.clone(),
         resign,
     );
-    let health = match (&config.health_check, health_gate) {
+    let health = match (&config.election.health_check, health_gate) {
         (Some(check), Some(gate)) => Some(health::spawn(
             check.clone(),
             context,
@@ -149,9 +150,9 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         _ => None,
     };
     let (writer, durable) = status_file::spawn_writer(
-        config.status_path.clone(),
-        config.election.clone(),
-        config.node_id.clone(),
+        config.status.path.clone(),
+        config.election.name.clone(),
+        config.node.id.clone(),
         statuses.clone(),
         standing.clone(),
     );
@@ -279,41 +280,7 @@ fn reload(
         ),
         Ok(new) => {
             let old = &*running;
-            let needs_restart = [
-                ("node.id", old.node_id != new.node_id),
-                ("election.name", old.election != new.election),
-                ("election.ttl", old.ttl != new.ttl),
-                ("election.interval", old.interval != new.interval),
-                ("election.priority", old.priority != new.priority),
-                (
-                    "election.preempt_after",
-                    old.preempt_after != new.preempt_after,
-                ),
-                ("database.url", old.database_url != new.database_url),
-                (
-                    "database.connect_timeout",
-                    old.connect_timeout != new.connect_timeout,
-                ),
-                (
-                    "database.query_timeout",
-                    old.query_timeout != new.query_timeout,
-                ),
-                ("database.migrate", old.migrate != new.migrate),
-                ("status.path", old.status_path != new.status_path),
-                ("http.listen", old.http_listen != new.http_listen),
-                ("election.candidate", old.candidate != new.candidate),
-                (
-                    "election.health_check",
-                    old.health_check != new.health_check,
-                ),
-                ("log.format", old.log_format != new.log_format),
-                ("kubernetes", old.kubernetes != new.kubernetes),
-                (
-                    "hooks.containment",
-                    old.hooks.containment != new.hooks.containment,
-                ),
-            ];
-            for (key, _) in needs_restart.iter().filter(|(_, changed)| *changed) {
+            for key in old.needs_restart(&new) {
                 warn!(
                     key,
                     "changed in the configuration but applies only after a restart"
@@ -322,9 +289,9 @@ fn reload(
             if new.hooks != old.hooks {
                 hooks.reload(new.hooks.clone());
             }
-            if new.log_level != old.log_level {
-                match log.set(&new.log_level) {
-                    Ok(()) => info!(level = %new.log_level, "log level reloaded"),
+            if new.log.level != old.log.level {
+                match log.set(&new.log.level) {
+                    Ok(()) => info!(level = %new.log.level, "log level reloaded"),
                     Err(why) => warn!("log level not reloaded: {why}"),
                 }
             }
@@ -332,7 +299,7 @@ fn reload(
             let containment = running.hooks.containment;
             running.hooks = new.hooks;
             running.hooks.containment = containment;
-            running.log_level = new.log_level;
+            running.log.level = new.log.level;
             info!("configuration reloaded");
         }
     }

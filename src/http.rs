@@ -47,7 +47,7 @@ pub struct Liveness {
 
 /// Three intervals, plus the longest a round may take (connecting, then one statement).
 pub fn stale_after(config: &Config) -> Duration {
-    config.interval * 3 + config.connect_timeout + config.query_timeout
+    config.election.interval * 3 + config.database.connect_timeout + config.database.query_timeout
 }
 
 /// Binds `addr` now (so a taken port fails the start) and serves in the background.

@@ -61,16 +61,16 @@ pub fn spawn(
     stopping: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     let record = MemberRecord {
-        election: config.election.clone(),
-        node_id: config.node_id.clone(),
+        election: config.election.name.clone(),
+        node_id: config.node.id.clone(),
         standing: member_standing(&standing.borrow(), false),
-        priority: config.priority,
+        priority: config.election.priority,
         version: env!("CARGO_PKG_VERSION").to_owned(),
         host: hostname::get()
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_default(),
     };
-    let preempt_after = config.preempt_after;
+    let preempt_after = config.election.preempt_after;
     tokio::spawn(run(
         record,
         store,

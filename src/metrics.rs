@@ -332,7 +332,7 @@ impl Metrics {
             ("on_leader_change", hooks.on_leader_change.is_some()),
             ("while_leader", hooks.while_leader.is_some()),
             ("leader_command", hooks.leader_command.is_some()),
-            ("health_check", config.health_check.is_some()),
+            ("health_check", config.election.health_check.is_some()),
         ];
         for (hook, _) in configured.into_iter().filter(|(_, set)| *set) {
             for outcome in ["success", "failure", "stopped", "not_started"] {

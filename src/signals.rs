@@ -1,28 +1,51 @@
-//! Signals, turned into one shutdown future at the edge of the program.
+//! Signals, turned into one shutdown future at the edge of the program, and channels of the
+//! signals passed on (reloads, a lock's command), all on tokio's own signal handling.
 
-use futures_util::StreamExt;
 use nix::sys::signal::Signal;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
-use signal_hook_tokio::Signals;
 use std::future::Future;
+use tokio::signal::unix::SignalKind;
+use tokio::sync::mpsc;
 use tracing::{info, warn};
+
+/// Every one of `signals` from now on, as `message` of it, as it arrives. Handlers are
+/// installed before this returns; each stays installed for the life of the process
+/// (tokio's rule).
+fn every<T: Send + 'static>(
+    signals: &[Signal],
+    message: fn(Signal) -> T,
+) -> std::io::Result<mpsc::UnboundedReceiver<T>> {
+    let (sender, receiver) = mpsc::unbounded_channel();
+    for &signal in signals {
+        let mut arrivals = tokio::signal::unix::signal(SignalKind::from_raw(signal as i32))?;
+        let sender = sender.clone();
+        tokio::spawn(async move {
+            while arrivals.recv().await.is_some() {
+                if sender.send(message(signal)).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    Ok(receiver)
+}
 
 /// Resolves on the first SIGTERM or SIGINT. A second one ends the process at once (exit
 /// status 128 + signal number): the lease then lapses on its own.
 pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
-    let mut signals = Signals::new([SIGTERM, SIGINT])?;
-    let (first, first_received) = tokio::sync::oneshot::channel::<i32>();
+    let mut signals = every(&[Signal::SIGTERM, Signal::SIGINT], |signal| signal)?;
+    let (first, first_received) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         let mut first = Some(first);
-        while let Some(signal) = signals.next().await {
+        while let Some(signal) = signals.recv().await {
+            let number = signal as i32;
             match first.take() {
                 Some(first) => {
-                    info!(signal, "stopping: stepping down");
-                    let _ = first.send(signal);
+                    info!(signal = number, "stopping: stepping down");
+                    let _ = first.send(());
                 }
                 None => {
-                    warn!(signal, "second signal: exiting at once");
-                    std::process::exit(128 + signal);
+                    warn!(signal = number, "second signal: exiting at once");
+                    std::process::exit(128 + number);
                 }
             }
         }
@@ -34,32 +57,17 @@ pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
 
 /// Every SIGTERM, SIGINT, SIGHUP and SIGQUIT from now on, for passing on to a child
 /// (`leaderd lock`): the channel yields each one as it arrives.
-pub fn forwarded_signals() -> std::io::Result<tokio::sync::mpsc::UnboundedReceiver<Signal>> {
-    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP, SIGQUIT])?;
-    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Some(number) = signals.next().await {
-            let Ok(signal) = Signal::try_from(number) else {
-                continue;
-            };
-            if sender.send(signal).is_err() {
-                break;
-            }
-        }
-    });
-    Ok(receiver)
+pub fn forwarded_signals() -> std::io::Result<mpsc::UnboundedReceiver<Signal>> {
+    let forwarded = [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ];
+    every(&forwarded, |signal| signal)
 }
 
 /// Every SIGHUP from now on: a request to reload the configuration.
-pub fn reload_requests() -> std::io::Result<tokio::sync::mpsc::UnboundedReceiver<()>> {
-    let mut signals = Signals::new([SIGHUP])?;
-    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while signals.next().await.is_some() {
-            if sender.send(()).is_err() {
-                break;
-            }
-        }
-    });
-    Ok(receiver)
+pub fn reload_requests() -> std::io::Result<mpsc::UnboundedReceiver<()>> {
+    every(&[Signal::SIGHUP], |_| ())
 }

@@ -85,7 +85,7 @@ async fn lock(config: Config, args: LockArgs) -> anyhow::Result<u8> {
     let mut signals = signals::forwarded_signals().context("cannot install signal handlers")?;
     // Unique per invocation: two `leaderd lock` on one host are two holders. A long node
     // id gives way to the pid.
-    let holder = id_with_suffix(&config.node_id, &format!(":{}", std::process::id()));
+    let holder = id_with_suffix(&config.node.id, &format!(":{}", std::process::id()));
     if let Err(error) = cron.check() {
         eprintln!("leaderd: {error}");
         return Ok(EXIT_USAGE);
@@ -107,7 +107,11 @@ async fn lock(config: Config, args: LockArgs) -> anyhow::Result<u8> {
         }
     };
     let acquired = options
-        .acquire_unless(store(&config, config.migrate), cron.wait(), interrupt)
+        .acquire_unless(
+            store(&config, config.database.migrate),
+            cron.wait(),
+            interrupt,
+        )
         .await;
     let guard = match acquired.map_err(|error| named(error, name)) {
         Ok(guard) => guard,

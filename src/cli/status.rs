@@ -36,12 +36,12 @@ pub(super) async fn status(config: Config, json: bool) -> anyhow::Result<()> {
     // Reads only, so that a role that may only SELECT can ask.
     let mut store = store(&config, false).read_only();
     let row = store
-        .get(&config.election)
+        .get(&config.election.name)
         .await
         .with_context(|| format!("cannot read election {:?}", config.election))?;
     let ms = |d: std::time::Duration| d.as_millis() as u64;
     let report = ElectionReport {
-        election: &config.election,
+        election: &config.election.name,
         leader: row.as_ref().and_then(|r| r.live_holder()),
         term: row.as_ref().map(|r| r.term),
         holder: row.as_ref().and_then(|r| r.holder.as_deref()),
@@ -54,7 +54,7 @@ pub(super) async fn status(config: Config, json: bool) -> anyhow::Result<()> {
         members: None,
     };
     let leader = report.leader;
-    let members = match store.members(&config.election).await {
+    let members = match store.members(&config.election.name).await {
         Ok(members) => Some(operator::member_reports(&members, leader)),
         Err(error) => {
             tracing::warn!(%error, "cannot read the members");
@@ -118,7 +118,7 @@ pub(super) async fn status(config: Config, json: bool) -> anyhow::Result<()> {
 /// `status --local`: the exit status says what this node's status file says, as long as
 /// the file is still valid (`valid_until` ahead: a frozen or dead daemon's file goes stale).
 pub(super) fn local_status(config: &Config, json: bool) -> ExitCode {
-    let path = &config.status_path;
+    let path = &config.status.path;
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) => {

@@ -66,7 +66,7 @@ pub(super) async fn wait(config: Config, args: WaitArgs) -> anyhow::Result<ExitC
 
 /// The role this node's status file gives, if the file is there and still valid.
 fn role_in_file(config: &Config) -> Option<Role> {
-    let text = std::fs::read_to_string(&config.status_path).ok()?;
+    let text = std::fs::read_to_string(&config.status.path).ok()?;
     let document: StatusDocument = serde_json::from_str(&text).ok()?;
     let valid_until = humantime::parse_rfc3339(&document.valid_until).ok()?;
     (valid_until > SystemTime::now()).then_some(document.role)
@@ -89,12 +89,12 @@ async fn wait_for_file(config: &Config, role: Role, give_up: Option<Instant>) ->
     let mut said = false;
     loop {
         // A file that is not there may never come: say so once, and keep waiting.
-        if !said && !config.status_path.exists() {
+        if !said && !config.status.path.exists() {
             warn!(
-                path = %config.status_path.display(),
+                path = %config.status.path.display(),
                 "no status file at {} (yet): waiting for `leaderd run` with this \
                  configuration (status.path) to write it",
-                config.status_path.display()
+                config.status.path.display()
             );
             said = true;
         }
@@ -119,11 +119,11 @@ async fn wait_for_database(
     give_up: Option<Instant>,
 ) -> anyhow::Result<bool> {
     let mut store = store(config, false).read_only();
-    let mut releases = store.release_notifications(&config.election);
+    let mut releases = store.release_notifications(&config.election.name);
     let mut warned = false;
     loop {
-        let mut next = Instant::now() + config.interval;
-        match store.get(&config.election).await {
+        let mut next = Instant::now() + config.election.interval;
+        match store.get(&config.election.name).await {
             Ok(row) => {
                 let led = row.as_ref().is_some_and(|r| r.live_holder().is_some());
                 if led == elected {
@@ -136,7 +136,7 @@ async fn wait_for_database(
             }
             Err(error) if give_up.is_some_and(|at| Instant::now() >= at) => {
                 return Err(error)
-                    .with_context(|| format!("cannot read election {:?}", config.election));
+                    .with_context(|| format!("cannot read election {:?}", config.election.name));
             }
             Err(error) => {
                 if !warned {

@@ -44,7 +44,7 @@ impl Config {
     /// That the status file's directory takes a new file (the writer replaces the file by
     /// a rename), and that every hook's program exists and may be executed.
     pub fn preflight(&self) -> Result<(), PreflightError> {
-        check_status_directory(&self.status_path)?;
+        check_status_directory(&self.status.path)?;
         let h = &self.hooks;
         let hooks = [
             (
@@ -69,7 +69,10 @@ impl Config {
             ),
             (
                 "election.health_check",
-                self.health_check.as_ref().map(|c| (&c.argv, &c.env)),
+                self.election
+                    .health_check
+                    .as_ref()
+                    .map(|c| (&c.argv, &c.env)),
             ),
         ];
         for (key, command) in hooks {

@@ -32,11 +32,7 @@ pub struct HookConfigError {
     pub reason: String,
 }
 
-pub(super) fn error(
-    key: &str,
-    value: &config::Value,
-    reason: impl Into<String>,
-) -> HookConfigError {
+pub(super) fn error(key: &str, value: &toml::Value, reason: impl Into<String>) -> HookConfigError {
     HookConfigError {
         key: key.to_owned(),
         value: value.to_string(),
@@ -158,7 +154,10 @@ impl Default for HooksConfig {
 
 impl HooksConfig {
     /// Parses the `[hooks]` table (already checked for unknown top-level keys).
-    pub fn parse(table: &config::Map<String, config::Value>) -> Result<Self, HookConfigError> {
+    pub fn parse(value: &toml::Value) -> Result<Self, HookConfigError> {
+        let table = value
+            .as_table()
+            .ok_or_else(|| error("hooks", value, "must be a table"))?;
         let hook = |name: &str| {
             table
                 .get(name)
@@ -181,23 +180,25 @@ impl HooksConfig {
                 .unwrap_or(DEFAULT_SHUTDOWN_TIMEOUT),
             containment: table
                 .get("containment")
-                .map(|v| containment("hooks.containment", v))
+                .map(|v| {
+                    choice(
+                        "hooks.containment",
+                        v,
+                        ContainmentMode::parse,
+                        ContainmentMode::CHOICES,
+                    )
+                })
                 .transpose()?
                 .unwrap_or_default(),
             on_elected_failure: table
                 .get("on_elected_failure")
                 .map(|v| {
-                    v.clone()
-                        .into_string()
-                        .ok()
-                        .and_then(|text| ElectedFailure::parse(text.trim()))
-                        .ok_or_else(|| {
-                            error(
-                                "hooks.on_elected_failure",
-                                v,
-                                format!("must be {}", ElectedFailure::CHOICES),
-                            )
-                        })
+                    choice(
+                        "hooks.on_elected_failure",
+                        v,
+                        ElectedFailure::parse,
+                        ElectedFailure::CHOICES,
+                    )
                 })
                 .transpose()?
                 .unwrap_or_default(),
@@ -205,17 +206,35 @@ impl HooksConfig {
     }
 }
 
-fn containment(key: &str, value: &config::Value) -> Result<ContainmentMode, HookConfigError> {
-    value
-        .clone()
-        .into_string()
-        .ok()
-        .and_then(|text| ContainmentMode::parse(text.trim()))
-        .ok_or_else(|| error(key, value, format!("must be {}", ContainmentMode::CHOICES)))
+/// `[hooks]` as the configuration reads and prints it.
+impl<'de> serde::Deserialize<'de> for HooksConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        HooksConfig::parse(&toml::Value::deserialize(deserializer)?)
+            .map_err(serde::de::Error::custom)
+    }
 }
 
-pub(super) fn argv(key: &str, value: &config::Value) -> Result<Vec<String>, HookConfigError> {
-    let items = value.clone().into_array().map_err(|_| {
+impl serde::Serialize for HooksConfig {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_toml().serialize(serializer)
+    }
+}
+
+/// One of a fixed set of words.
+fn choice<T>(
+    key: &str,
+    value: &toml::Value,
+    parse: impl Fn(&str) -> Option<T>,
+    choices: &str,
+) -> Result<T, HookConfigError> {
+    value
+        .as_str()
+        .and_then(|text| parse(text.trim()))
+        .ok_or_else(|| error(key, value, format!("must be {choices}")))
+}
+
+pub(super) fn argv(key: &str, value: &toml::Value) -> Result<Vec<String>, HookConfigError> {
+    let items = value.as_array().ok_or_else(|| {
         error(
             key,
             value,
@@ -224,53 +243,50 @@ pub(super) fn argv(key: &str, value: &config::Value) -> Result<Vec<String>, Hook
         )
     })?;
     let argv = items
-        .into_iter()
-        .map(|item| item.into_string())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| error(key, value, "every argv element must be a string"))?;
+        .iter()
+        .map(|item| item.as_str().map(str::to_owned))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| error(key, value, "every argv element must be a string"))?;
     if argv.first().is_none_or(|program| program.is_empty()) {
         return Err(error(key, value, "needs at least a program to run"));
     }
     Ok(argv)
 }
 
-pub(super) fn duration(key: &str, value: &config::Value) -> Result<Duration, HookConfigError> {
+pub(super) fn duration(key: &str, value: &toml::Value) -> Result<Duration, HookConfigError> {
     let text = value
-        .clone()
-        .into_string()
-        .map_err(|_| error(key, value, "must be a duration string such as \"30s\""))?;
+        .as_str()
+        .ok_or_else(|| error(key, value, "must be a duration string such as \"30s\""))?;
     crate::duration::POSITIVE
-        .parse(&text)
+        .parse(text)
         .map_err(|reason| error(key, value, reason))
 }
 
 pub(super) fn env(
     key: &str,
-    value: &config::Value,
+    value: &toml::Value,
 ) -> Result<BTreeMap<String, String>, HookConfigError> {
     let table = value
-        .clone()
-        .into_table()
-        .map_err(|_| error(key, value, "must be a table of NAME = \"value\""))?;
+        .as_table()
+        .ok_or_else(|| error(key, value, "must be a table of NAME = \"value\""))?;
     table
-        .into_iter()
+        .iter()
         .map(|(name, v)| {
             let text = v
-                .clone()
-                .into_string()
-                .map_err(|_| error(&format!("{key}.{name}"), &v, "must be a string"))?;
-            Ok((name, text))
+                .as_str()
+                .ok_or_else(|| error(&format!("{key}.{name}"), v, "must be a string"))?;
+            Ok((name.clone(), text.to_owned()))
         })
         .collect()
 }
 
 /// The table form's keys, checked so that a typo is an error rather than ignored.
-pub(super) fn table(
+pub(super) fn table<'a>(
     key: &str,
-    value: &config::Value,
+    value: &'a toml::Value,
     allowed: &[&str],
-) -> Result<config::Map<String, config::Value>, HookConfigError> {
-    let table = value.clone().into_table().map_err(|_| {
+) -> Result<&'a toml::Table, HookConfigError> {
+    let table = value.as_table().ok_or_else(|| {
         error(
             key,
             value,
@@ -290,8 +306,8 @@ pub(super) fn table(
     Ok(table)
 }
 
-fn hook_command(key: &str, value: &config::Value) -> Result<HookCommand, HookConfigError> {
-    if value.clone().into_array().is_ok() {
+fn hook_command(key: &str, value: &toml::Value) -> Result<HookCommand, HookConfigError> {
+    if value.is_array() {
         return Ok(HookCommand {
             argv: argv(key, value)?,
             timeout: DEFAULT_HOOK_TIMEOUT,
@@ -314,10 +330,11 @@ fn hook_command(key: &str, value: &config::Value) -> Result<HookCommand, HookCon
     })
 }
 
-fn leader_command(key: &str, value: &config::Value) -> Result<LeaderCommand, HookConfigError> {
-    let plain = value.clone().into_array().is_ok();
+fn leader_command(key: &str, value: &toml::Value) -> Result<LeaderCommand, HookConfigError> {
+    let plain = value.is_array();
+    let empty = toml::Table::new();
     let t = if plain {
-        config::Map::new()
+        &empty
     } else {
         table(
             key,
@@ -333,22 +350,16 @@ fn leader_command(key: &str, value: &config::Value) -> Result<LeaderCommand, Hoo
     };
     let restart = match t.get("restart") {
         None => Restart::OnFailure,
-        Some(v) => v
-            .clone()
-            .into_string()
-            .ok()
-            .and_then(|text| Restart::parse(&text))
-            .ok_or_else(|| {
-                error(
-                    &format!("{key}.restart"),
-                    v,
-                    format!("must be {}", Restart::CHOICES),
-                )
-            })?,
+        Some(v) => choice(
+            &format!("{key}.restart"),
+            v,
+            Restart::parse,
+            Restart::CHOICES,
+        )?,
     };
     let step_down_on_exit = match t.get("step_down_on_exit") {
         None => false,
-        Some(v) => v.clone().into_bool().map_err(|_| {
+        Some(v) => v.as_bool().ok_or_else(|| {
             error(
                 &format!("{key}.step_down_on_exit"),
                 v,
@@ -379,7 +390,7 @@ fn leader_command(key: &str, value: &config::Value) -> Result<LeaderCommand, Hoo
 
 impl HooksConfig {
     /// The section as TOML, every default spelled out: what `leaderd check-config` prints.
-    pub fn to_toml(&self) -> toml::Table {
+    fn to_toml(&self) -> toml::Table {
         let mut table = toml::Table::new();
         table.insert(
             "shutdown_timeout".into(),
@@ -412,7 +423,7 @@ impl HooksConfig {
 
 impl HookCommand {
     /// The table form, `timeout` included.
-    pub fn to_toml(&self) -> toml::Table {
+    fn to_toml(&self) -> toml::Table {
         let mut entry = toml::Table::new();
         entry.insert("command".into(), self.argv.clone().into());
         entry.insert("timeout".into(), duration_value(self.timeout));
@@ -425,7 +436,7 @@ impl HookCommand {
 
 impl LeaderCommand {
     /// The table form, every setting included.
-    pub fn to_toml(&self) -> toml::Table {
+    fn to_toml(&self) -> toml::Table {
         let mut entry = toml::Table::new();
         entry.insert("command".into(), self.argv.clone().into());
         if !self.env.is_empty() {
@@ -458,13 +469,8 @@ mod tests {
     use super::*;
 
     fn parse(toml: &str) -> Result<HooksConfig, HookConfigError> {
-        let table = config::Config::builder()
-            .add_source(config::File::from_str(toml, config::FileFormat::Toml))
-            .build()
-            .unwrap()
-            .get::<config::Map<String, config::Value>>("hooks")
-            .unwrap();
-        HooksConfig::parse(&table)
+        let mut file: toml::Table = toml.parse().unwrap();
+        HooksConfig::parse(&file.remove("hooks").unwrap())
     }
 
     const BOTH_FORMS: &str = r#"
@@ -538,7 +544,7 @@ step_down_on_exit = true
         let e = parse("[hooks]\ncontainment = \"cgroups\"\n").unwrap_err();
         assert!(
             e.to_string()
-                .starts_with("hooks.containment = cgroups: must be \"auto\""),
+                .starts_with("hooks.containment = \"cgroups\": must be \"auto\""),
             "{e}"
         );
         let e = parse("[hooks.on_elected]\ncommand = [\"x\"]\ntimeout = \"soon\"\n").unwrap_err();

@@ -46,7 +46,6 @@ use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{Pid, getpgrp, getppid};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -119,25 +118,14 @@ pub fn run(daemon_pid: i32, start: Start, cgroup_parent: Option<PathBuf>) -> Exi
     // Handled, not ignored: the program started below gets default dispositions back on
     // exec. Signals the daemon sends to the group reach that program directly; the guard
     // stays until it has exited.
-    let mut signals = match signal_hook::iterator::Signals::new([
-        SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP, SIGQUIT,
-    ]) {
+    let signals = match GuardSignals::install() {
         Ok(signals) => signals,
         Err(error) => {
             eprintln!("leaderd hook-guard: cannot handle signals: {error}");
             return ExitCode::from(126);
         }
     };
-    std::thread::spawn(move || {
-        let mut termed = std::collections::HashSet::new();
-        for signal in signals.forever() {
-            match signal {
-                SIGUSR1 | SIGUSR2 => kill_hook_and_die(),
-                SIGTERM => subreaper::forward_term(group, &mut termed),
-                _ => {}
-            }
-        }
-    });
+    std::thread::spawn(move || signals.serve(group));
     let mut awaited_line = String::new();
     let (argv, env, fence) = match start {
         Start::Now { argv, fence: None } => (argv, Vec::new(), None),
@@ -232,11 +220,78 @@ pub fn run(daemon_pid: i32, start: Start, cgroup_parent: Option<PathBuf>) -> Exi
         WaitStatus::Exited(_, code) => ExitCode::from(code as u8),
         WaitStatus::Signaled(_, signal, _) => {
             // Die the same way, so leaderd sees the signal and not a made-up code.
-            let _ = signal_hook::low_level::emulate_default_handler(signal as i32);
+            die_of(signal);
             ExitCode::from(128 + signal as u8)
         }
         _ => ExitCode::FAILURE,
     }
+}
+
+/// The guard's signal handlers: installed on the calling thread, so that none of these
+/// signals can end the guard once this returns, and served on another (tokio's handlers,
+/// on a runtime of their own without threads).
+struct GuardSignals {
+    runtime: tokio::runtime::Runtime,
+    arrivals: Vec<(Signal, tokio::signal::unix::Signal)>,
+}
+
+impl GuardSignals {
+    fn install() -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()?;
+        let arrivals = {
+            let _inside = runtime.enter();
+            [
+                Signal::SIGUSR1,
+                Signal::SIGUSR2,
+                Signal::SIGTERM,
+                Signal::SIGINT,
+                Signal::SIGHUP,
+                Signal::SIGQUIT,
+            ]
+            .into_iter()
+            .map(|signal| {
+                let kind = tokio::signal::unix::SignalKind::from_raw(signal as i32);
+                tokio::signal::unix::signal(kind).map(|arrivals| (signal, arrivals))
+            })
+            .collect::<std::io::Result<Vec<_>>>()?
+        };
+        Ok(GuardSignals { runtime, arrivals })
+    }
+
+    /// Loss of the daemon (SIGUSR1, the parent-death signal) or a kill request (SIGUSR2)
+    /// kills the hook; SIGTERM is passed on to what the hook left outside its group.
+    fn serve(mut self, group: Pid) {
+        let mut termed = std::collections::HashSet::new();
+        let arrivals = &mut self.arrivals;
+        self.runtime.block_on(async {
+            loop {
+                let signal = std::future::poll_fn(|cx| {
+                    for (signal, arrivals) in arrivals.iter_mut() {
+                        if arrivals.poll_recv(cx).is_ready() {
+                            return std::task::Poll::Ready(*signal);
+                        }
+                    }
+                    std::task::Poll::Pending
+                })
+                .await;
+                match signal {
+                    Signal::SIGUSR1 | Signal::SIGUSR2 => kill_hook_and_die(),
+                    Signal::SIGTERM => subreaper::forward_term(group, &mut termed),
+                    _ => {}
+                }
+            }
+        })
+    }
+}
+
+/// Ends this process by `signal`, as its default action does (for a signal whose default
+/// is to be ignored, this returns).
+fn die_of(signal: Signal) {
+    // SAFETY: the default disposition installs no handler.
+    let _ = unsafe { nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigDfl) };
+    let _ = nix::sys::signal::raise(signal);
 }
 
 /// Creates the hook's cgroup under `parent` as [`HOOK_CGROUP`]; without one the hook is

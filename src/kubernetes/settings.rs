@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 /// The validated `[kubernetes]` section. Labelling is on when `role_label` is set.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct KubernetesConfig {
     /// The label key set to `leader` or `follower` on this node's pod.
     pub role_label: Option<String>,

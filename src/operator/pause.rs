@@ -10,7 +10,7 @@ use crate::store::ControlStore;
 
 /// `leaderd pause [--for D]`.
 pub async fn pause(config: &Config, duration: Duration) -> Result<ExitCode, OperatorError> {
-    let election = config.election.as_str();
+    let election = config.election.name.as_str();
     let mut store = commands_store(config);
     store.pause(election, duration).await.map_err(|source| {
         let retry = || {
@@ -31,7 +31,7 @@ pub async fn pause(config: &Config, duration: Duration) -> Result<ExitCode, Oper
 
 /// `leaderd resume`.
 pub async fn resume(config: &Config) -> Result<ExitCode, OperatorError> {
-    let election = config.election.as_str();
+    let election = config.election.name.as_str();
     let mut store = commands_store(config);
     let found = store.resume(election).await.map_err(|source| {
         let retry = || "`leaderd resume` repeats it harmlessly".to_owned();

@@ -161,7 +161,7 @@ pub async fn step_down(
     command: StepDownCommand,
     term: Option<i64>,
 ) -> Result<ExitCode, OperatorError> {
-    let election = config.election.as_str();
+    let election = config.election.name.as_str();
     let mut store = commands_store(config);
     let outcome = step_down_in_term(&mut store, election, &command, term, |said| {
         eprintln!("leaderd: {said}")

@@ -28,7 +28,7 @@ pub async fn watch(
     once: bool,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<ExitCode, OperatorError> {
-    let election = config.election.clone();
+    let election = config.election.name.clone();
     let mut store = store(config, false).read_only();
     let mut notifications = store.release_notifications(&election);
     tokio::pin!(stop);
@@ -73,7 +73,7 @@ pub async fn watch(
                 tracing::warn!(%error, "watch: read failed; retrying");
             }
         }
-        let next = soon.pop().unwrap_or(config.interval);
+        let next = soon.pop().unwrap_or(config.election.interval);
         let woken = async {
             match notifications.as_mut() {
                 Some(receiver) => {

@@ -28,7 +28,7 @@ const KEY: &str = "election.health_check";
 impl HealthCheckConfig {
     /// Parses `[election.health_check]`: `command` (an argv array), `interval`,
     /// `timeout`, `failures`, `env`.
-    pub fn parse(value: &config::Value) -> Result<Self, HookConfigError> {
+    pub fn parse(value: &toml::Value) -> Result<Self, HookConfigError> {
         let t = table(
             KEY,
             value,
@@ -37,10 +37,10 @@ impl HealthCheckConfig {
         let key = |name: &str| format!("{KEY}.{name}");
         let failures = match t.get("failures") {
             None => DEFAULT_FAILURES,
+            // An integer, or its text from an environment variable.
             Some(v) => v
-                .clone()
-                .into_uint()
-                .ok()
+                .as_integer()
+                .or_else(|| v.as_str().and_then(|text| text.trim().parse().ok()))
                 .and_then(|n| u32::try_from(n).ok())
                 .filter(|n| (1..=1000).contains(n))
                 .ok_or_else(|| {
@@ -68,7 +68,7 @@ impl HealthCheckConfig {
         })
     }
 
-    pub fn to_toml(&self) -> toml::Table {
+    fn to_toml(&self) -> toml::Table {
         let mut entry = toml::Table::new();
         entry.insert("command".into(), self.argv.clone().into());
         entry.insert("interval".into(), duration_value(self.interval));
@@ -81,18 +81,27 @@ impl HealthCheckConfig {
     }
 }
 
+/// `[election.health_check]` as the configuration reads and prints it.
+impl<'de> serde::Deserialize<'de> for HealthCheckConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = toml::Value::deserialize(deserializer)?;
+        HealthCheckConfig::parse(&value).map_err(serde::de::Error::custom)
+    }
+}
+
+impl serde::Serialize for HealthCheckConfig {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_toml().serialize(serializer)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn parse(toml: &str) -> Result<HealthCheckConfig, HookConfigError> {
-        let value = config::Config::builder()
-            .add_source(config::File::from_str(toml, config::FileFormat::Toml))
-            .build()
-            .unwrap()
-            .get::<config::Value>("health_check")
-            .unwrap();
-        HealthCheckConfig::parse(&value)
+        let mut file: toml::Table = toml.parse().unwrap();
+        HealthCheckConfig::parse(&file.remove("health_check").unwrap())
     }
 
     #[test]
