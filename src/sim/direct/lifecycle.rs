@@ -291,6 +291,7 @@ impl World {
             id,
             statement,
             sent_at: now,
+            clock_at: now,
             epoch: 0,
             back: Duration::ZERO,
             lose_answer: false,
@@ -352,7 +353,7 @@ impl World {
             let answer = Err(StoreError::QueryTimeout { after: sent.back });
             return self.answer(&sent, Duration::ZERO, answer);
         }
-        let db_now = self.db_clock();
+        let db_now = self.db_clock_at(sent.clock_at);
         let (me, table) = (sent.settings.node_id(), &mut self.db.table);
         let lease = |term| sent.settings.lease(sent.token, term);
         let before = table.lease_row(ELECTION, db_now);

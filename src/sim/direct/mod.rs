@@ -361,8 +361,13 @@ impl World {
 
     /// The database's clock now.
     fn db_clock(&self) -> Instant {
+        self.db_clock_at(self.now)
+    }
+
+    /// The database's clock at `at` (offset from the start).
+    fn db_clock_at(&self, at: Duration) -> Instant {
         let ppm = self.scenario.db_clock_ppm as f64 * 1e-6;
-        self.base + self.now + self.now.mul_f64(ppm)
+        self.base + at + at.mul_f64(ppm)
     }
 
     /// Draws the fate of a statement sent now by `process`, and schedules it.
@@ -392,7 +397,15 @@ impl World {
         sent.back = fate.back;
         sent.lose_answer = fate.lose_answer;
         sent.sent_at = self.now;
-        self.at(self.now + delay + fate.lock_wait, Event::Execute(sent));
+        // MySQL reads its clock when the statement arrives, before any row lock wait;
+        // PostgreSQL's clock_timestamp() when it writes.
+        let arrives = self.now + delay;
+        let runs = arrives + fate.lock_wait;
+        sent.clock_at = match self.scenario.clock_at_arrival {
+            true => arrives,
+            false => runs,
+        };
+        self.at(runs, Event::Execute(sent));
     }
 
     /// Schedules the answer to `sent`, `after` from now, bounded by the client's timeout.

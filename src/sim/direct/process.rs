@@ -17,6 +17,8 @@ pub(super) struct Sent {
     pub(super) id: u64,
     pub(super) statement: Statement,
     pub(super) sent_at: Duration,
+    /// When the database reads its clock for it.
+    pub(super) clock_at: Duration,
     /// The connection's restart epoch: a restart cuts it.
     pub(super) epoch: u64,
     pub(super) back: Duration,
