@@ -5,6 +5,7 @@
 
 mod handover;
 mod lost_answers;
+mod machine;
 mod renewals;
 mod rounds;
 mod settings;

@@ -1,0 +1,159 @@
+//! The state machine stepped by hand, with no loop and no store: the interleavings a
+//! loop test cannot pin down.
+
+use std::time::Instant as StdInstant;
+
+use super::*;
+use crate::election::clock::Instants;
+use crate::election::machine::{Action, Input, Machine, Moment, Reply, State, Statement};
+use crate::store::{Commands, LeaseRow, Pending, StoreError};
+
+/// The moment `after` past `start`, on both clocks, with the claim gates open.
+fn at(start: Instant, after: Duration) -> Moment {
+    Moment {
+        at: Instants {
+            at: start + after,
+            boot: Duration::from_secs(1000) + after,
+        },
+        wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000) + after,
+        claims_open: true,
+    }
+}
+
+fn machine(start: Instant) -> Machine {
+    let settings = ElectionSettings::new(ELECTION, "a", TTL, INTERVAL).unwrap();
+    Machine::new(Arc::new(settings), start)
+}
+
+fn sent(actions: &[Action]) -> Option<Statement> {
+    actions.iter().find_map(|action| match action {
+        Action::Send(statement) => Some(*statement),
+        _ => None,
+    })
+}
+
+fn row(holder: &str, term: i64, term_token: Option<i64>, pending: Pending) -> LeaseRow {
+    LeaseRow {
+        holder: Some(holder.to_owned()),
+        term,
+        lease: TTL,
+        age: Duration::from_millis(100),
+        clock_offset_us: None,
+        term_token,
+        pending,
+        held_for: None,
+    }
+}
+
+fn lost() -> Result<Reply, StoreError> {
+    Err(StoreError::QueryTimeout { after: TTL })
+}
+
+/// A reacquire whose answer was lost may have started the next term. A resign in between
+/// keeps that term in doubt, so the read after it knows the term as this process's own
+/// (and a stop releases it), not another process's with the same node id.
+#[test]
+fn a_term_in_doubt_stays_in_doubt_through_a_resign() {
+    let start = Instant::from_std(StdInstant::now());
+    let mut m = machine(start);
+    m.state = State::Lapsed {
+        term: 1,
+        in_doubt: None,
+    };
+    let actions = m.step(at(start, Duration::ZERO), Input::Due);
+    assert_eq!(sent(&actions), Some(Statement::Reacquire { term: 1 }));
+    m.step(at(start, Duration::from_millis(5)), Input::Answer(lost()));
+    m.step(at(start, Duration::from_millis(6)), Input::Resign(None));
+    m.step(
+        at(start, Duration::from_millis(7)),
+        Input::Answer(Ok(Reply::Durable(true))),
+    );
+    // The release of term 1 finds term 2 on the row: nothing to release.
+    m.step(
+        at(start, Duration::from_millis(8)),
+        Input::Answer(Ok(Reply::Done(false))),
+    );
+    assert!(
+        matches!(
+            m.state,
+            State::Following {
+                in_doubt: Some(2),
+                ..
+            }
+        ),
+        "{:?}",
+        m.state
+    );
+    let actions = m.step(at(start, Duration::from_millis(9)), Input::Due);
+    assert_eq!(sent(&actions), Some(Statement::Read));
+    let token = Some(m.token.for_term(2));
+    let ours = row("a", 2, token, Pending::default());
+    m.step(
+        at(start, Duration::from_millis(10)),
+        Input::Answer(Ok(Reply::Row(Some(ours)))),
+    );
+    assert_eq!(
+        m.state,
+        State::Lapsed {
+            term: 2,
+            in_doubt: None
+        },
+        "the term the lost answer started is this process's own"
+    );
+}
+
+/// A renewal that finds a pause, renews stating it, and is answered after the deadline:
+/// the node stops acting, and its status still says the election is paused.
+#[test]
+fn a_late_renewal_still_reports_the_pause_it_saw() {
+    let start = Instant::from_std(StdInstant::now());
+    let mut m = machine(start);
+    let deadline = at(start, TTL - Duration::from_millis(10)).at;
+    m.state = State::Leading {
+        term: 1,
+        deadline,
+        seen: Commands::default(),
+        resign_passed_on: false,
+    };
+    let actions = m.step(at(start, Duration::ZERO), Input::Due);
+    let plain = Commands::default();
+    assert_eq!(
+        sent(&actions),
+        Some(Statement::Renew {
+            term: 1,
+            seen: plain
+        })
+    );
+    let actions = m.step(
+        at(start, Duration::from_millis(1)),
+        Input::Answer(Ok(Reply::Done(false))),
+    );
+    assert_eq!(sent(&actions), Some(Statement::Read));
+    let paused = Pending {
+        paused_for: Some(Duration::from_secs(60)),
+        ..Pending::default()
+    };
+    let actions = m.step(
+        at(start, Duration::from_millis(2)),
+        Input::Answer(Ok(Reply::Row(Some(row("a", 1, None, paused))))),
+    );
+    let seen = Commands {
+        resign: false,
+        paused: true,
+    };
+    assert_eq!(sent(&actions), Some(Statement::Renew { term: 1, seen }));
+    // Answered after the deadline (with no look at it in between).
+    let actions = m.step(at(start, TTL * 2), Input::Answer(Ok(Reply::Done(true))));
+    assert!(
+        matches!(m.state, State::Lapsed { term: 1, .. }),
+        "{:?}",
+        m.state
+    );
+    let published = actions.iter().rev().find_map(|action| match action {
+        Action::Publish(status) => Some(status.clone()),
+        _ => None,
+    });
+    let published = published.expect("a status");
+    assert_eq!(published.role, Role::Unknown);
+    assert!(published.paused, "the pause the renewal saw");
+}
