@@ -211,6 +211,8 @@ pub(crate) struct Machine {
     pub(super) state: State,
     /// The statement whose answer the machine waits for, and the round it belongs to.
     pub(super) awaiting: Option<Awaiting>,
+    /// The round under way, while one is.
+    pub(super) round: Option<round::Round>,
     /// When the next round is due, while none is under way.
     pub(super) due: Instant,
     pub(super) link: Link,
@@ -239,6 +241,7 @@ impl Machine {
                 resigned_until: None,
             },
             awaiting: None,
+            round: None,
             due: now,
             link: Link::default(),
             published: Status::initial(),
@@ -299,7 +302,7 @@ impl Machine {
         held: Option<(i64, Instants)>,
         actions: &mut Vec<Action>,
     ) {
-        self.awaiting = None;
+        (self.awaiting, self.round) = (None, None);
         actions.push(Action::Abandon);
         self.step_down(now, held, true, actions);
     }
@@ -468,7 +471,7 @@ impl Machine {
             State::Stopping { held, .. } => {
                 // The statement may have just taken or kept the row: its term is the one
                 // to release.
-                let held = match (awaiting.holding(answer), held) {
+                let held = match (awaiting.holding(self.round, answer), held) {
                     (Some((term, sent)), _) => Some((term, self.lease_from(sent))),
                     (None, held) => held,
                 };

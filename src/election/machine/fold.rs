@@ -23,6 +23,7 @@ impl Machine {
         result: Result<(Outcome, Duration), RoundError>,
         actions: &mut Vec<Action>,
     ) {
+        self.round = None;
         let mut report = RoundReport {
             statements: round.statements,
             ..RoundReport::default()

@@ -1,8 +1,9 @@
 //! A round's way through its statements: renew if leading, else claim a free lease, else
 //! observe. The first statement is the only one in steady state (a renewal for the leader,
-//! a read for a follower). [`Awaiting`] is the statement whose answer the round waits for,
-//! with what the round has learnt so far; when the round is over, `fold.rs` takes its
-//! [`Outcome`].
+//! a read for a follower). The machine keeps the [`Round`] under way (when it started,
+//! whether it may claim, what it sent) and [`Awaiting`], the statement whose answer it
+//! waits for with what the round has learnt so far; when the round is over, `fold.rs`
+//! takes its [`Outcome`].
 
 use std::time::Duration;
 use tracing::info;
@@ -31,46 +32,37 @@ pub(in crate::election) enum Awaiting {
     /// A leader's renewal in `term`. `retry`: the second one, after a read, stating the
     /// commands read (`seen`) and the round trip of the first.
     Renewal {
-        round: Round,
         term: i64,
         retry: Option<(Commands, Duration)>,
     },
     /// A leader's read after its renewal was refused.
     OwnRow {
-        round: Round,
         term: i64,
         round_trip: Duration,
     },
     /// A lapsed leader starting `term + 1` on its own row.
     Reacquire {
-        round: Round,
         term: i64,
     },
     /// A claim in `expected`, sent at `sent`. `round_trip`: of the read before it, if any
     /// (a claim of a term whose release was announced reads nothing first).
     Claim {
-        round: Round,
         expected: i64,
         sent: Instants,
         round_trip: Option<Duration>,
     },
-    Read {
-        round: Round,
-    },
+    Read,
     /// Accepting a handover offered to this node, after reading `row`.
     Accept {
-        round: Round,
         row: Option<LeaseRow>,
         round_trip: Duration,
     },
     /// Creating the missing row, then claiming it in term 0.
     EnsureRow {
-        round: Round,
         round_trip: Duration,
     },
     /// A read after another node won the claim.
     Winner {
-        round: Round,
         round_trip: Duration,
     },
     /// Stepping down: the status durable, then the release.
@@ -100,14 +92,15 @@ pub(super) struct RoundError {
 impl Awaiting {
     /// The term this answer holds the row in, and when its statement was sent, if it took
     /// or kept the row.
-    pub(super) fn holding(&self, answer: Result<Reply, StoreError>) -> Option<(i64, Instants)> {
+    pub(super) fn holding(
+        &self,
+        round: Option<Round>,
+        answer: Result<Reply, StoreError>,
+    ) -> Option<(i64, Instants)> {
+        let started = round.map(|round| round.started)?;
         match (self, answer) {
-            (Awaiting::Renewal { round, term, .. }, Ok(Reply::Done(true))) => {
-                Some((*term, round.started))
-            }
-            (Awaiting::Reacquire { round, term }, Ok(Reply::Done(true))) => {
-                Some((term + 1, round.started))
-            }
+            (Awaiting::Renewal { term, .. }, Ok(Reply::Done(true))) => Some((*term, started)),
+            (Awaiting::Reacquire { term }, Ok(Reply::Done(true))) => Some((term + 1, started)),
             (Awaiting::Claim { expected, sent, .. }, Ok(Reply::Done(true))) => {
                 Some((expected + 1, *sent))
             }
@@ -121,20 +114,6 @@ impl Awaiting {
             Awaiting::Reacquire { term, .. } => Some(term + 1),
             Awaiting::Claim { expected, .. } => Some(expected + 1),
             _ => None,
-        }
-    }
-
-    fn round(&self) -> Option<Round> {
-        match self {
-            Awaiting::Renewal { round, .. }
-            | Awaiting::OwnRow { round, .. }
-            | Awaiting::Reacquire { round, .. }
-            | Awaiting::Claim { round, .. }
-            | Awaiting::Read { round }
-            | Awaiting::Accept { round, .. }
-            | Awaiting::EnsureRow { round, .. }
-            | Awaiting::Winner { round, .. } => Some(*round),
-            Awaiting::Durable | Awaiting::Release => None,
         }
     }
 }
@@ -165,24 +144,18 @@ impl Machine {
         };
         let (awaiting, statement) = match self.state {
             State::Leading { term, seen, .. } => (
-                Awaiting::Renewal {
-                    round,
-                    term,
-                    retry: None,
-                },
+                Awaiting::Renewal { term, retry: None },
                 Statement::Renew { term, seen },
             ),
-            State::Lapsed { term, .. } if round.may_claim => (
-                Awaiting::Reacquire { round, term },
-                Statement::Reacquire { term },
-            ),
+            State::Lapsed { term, .. } if round.may_claim => {
+                (Awaiting::Reacquire { term }, Statement::Reacquire { term })
+            }
             // The claim checks the term and that the lease is free, so a stale term only
             // costs the read after it.
             State::Following { .. } if round.may_claim && released_in.is_some() => {
                 let expected = released_in.unwrap_or_default();
                 (
                     Awaiting::Claim {
-                        round,
                         expected,
                         sent: now.at,
                         round_trip: None,
@@ -190,10 +163,11 @@ impl Machine {
                     Statement::Claim { expected },
                 )
             }
-            _ => (Awaiting::Read { round }, Statement::Read),
+            _ => (Awaiting::Read, Statement::Read),
         };
         round.statements = 1;
-        self.send(with_round(awaiting, round), statement, actions);
+        self.round = Some(round);
+        self.send(awaiting, statement, actions);
     }
 
     /// Takes a round's statement's answer: sends the next statement, or folds the outcome.
@@ -204,7 +178,7 @@ impl Machine {
         answer: Result<Reply, StoreError>,
         actions: &mut Vec<Action>,
     ) {
-        let Some(round) = awaiting.round() else {
+        let Some(round) = self.round else {
             return;
         };
         let elapsed = now.at.at.saturating_duration_since(round.started.at);
@@ -242,7 +216,6 @@ impl Machine {
                 // statement only when something changed.
                 (false, None) => {
                     let next = Awaiting::OwnRow {
-                        round,
                         term,
                         round_trip: elapsed,
                     };
@@ -276,7 +249,6 @@ impl Machine {
                 // two statements (a short pause, a pause then a resume) refused the first.
                 let seen = row.commands();
                 let next = Awaiting::Renewal {
-                    round,
                     term,
                     retry: Some((seen, round_trip)),
                 };
@@ -312,13 +284,13 @@ impl Machine {
                 },
                 Reply::Done(false),
             ) => {
-                let next = Awaiting::Winner { round, round_trip };
+                let next = Awaiting::Winner { round_trip };
                 return self.send_next(round, next, Statement::Read, actions);
             }
             (Awaiting::Reacquire { .. } | Awaiting::Claim { .. }, Reply::Done(false)) => {
-                return self.send_next(round, Awaiting::Read { round }, Statement::Read, actions);
+                return self.send_next(round, Awaiting::Read, Statement::Read, actions);
             }
-            (Awaiting::Read { .. }, Reply::Row(row)) => {
+            (Awaiting::Read, Reply::Row(row)) => {
                 // A handover offered to this node: accepting it asks the leader to step
                 // down, and proves to the operator that this node runs and could lead (a
                 // node that could not, whose gates are closed, never accepts).
@@ -329,7 +301,6 @@ impl Machine {
                     .map(|r| r.term)
                 {
                     let next = Awaiting::Accept {
-                        round,
                         row,
                         round_trip: elapsed,
                     };
@@ -356,7 +327,6 @@ impl Machine {
             }
             (Awaiting::EnsureRow { round_trip, .. }, _) => {
                 let next = Awaiting::Claim {
-                    round,
                     expected: 0,
                     sent: now.at,
                     round_trip: Some(round_trip),
@@ -384,7 +354,7 @@ impl Machine {
         let expected = match &row {
             _ if !(round.may_claim && now.claims_open) => None,
             None => {
-                let next = Awaiting::EnsureRow { round, round_trip };
+                let next = Awaiting::EnsureRow { round_trip };
                 return self.send_next(round, next, Statement::EnsureRow, actions);
             }
             // A pause, or a handover to another node, keeps a free lease from this node:
@@ -396,7 +366,6 @@ impl Machine {
         match expected {
             Some(expected) => {
                 let next = Awaiting::Claim {
-                    round,
                     expected,
                     sent: now.at,
                     round_trip: Some(round_trip),
@@ -421,22 +390,7 @@ impl Machine {
         actions: &mut Vec<Action>,
     ) {
         round.statements += 1;
-        self.send(with_round(awaiting, round), statement, actions);
+        self.round = Some(round);
+        self.send(awaiting, statement, actions);
     }
-}
-
-/// `awaiting`, carrying `round` (with its count of statements so far).
-fn with_round(mut awaiting: Awaiting, counted: Round) -> Awaiting {
-    match &mut awaiting {
-        Awaiting::Renewal { round, .. }
-        | Awaiting::OwnRow { round, .. }
-        | Awaiting::Reacquire { round, .. }
-        | Awaiting::Claim { round, .. }
-        | Awaiting::Read { round }
-        | Awaiting::Accept { round, .. }
-        | Awaiting::EnsureRow { round, .. }
-        | Awaiting::Winner { round, .. } => *round = counted,
-        Awaiting::Durable | Awaiting::Release => {}
-    }
-    awaiting
 }
