@@ -22,7 +22,7 @@ use super::clock::Instants;
 use super::settings::ElectionSettings;
 use super::status::{Role, RoleEvent, RoundReport, Status};
 use crate::store::{Commands, LeaseRow, ProcessToken, StoreError};
-pub(super) use round::Awaiting;
+pub(super) use round::{Awaiting, Round};
 
 /// How often a leader looks at CLOCK_BOOTTIME for its deadline: its timers would not
 /// notice that the host slept.
@@ -212,7 +212,7 @@ pub(crate) struct Machine {
     /// The statement whose answer the machine waits for, and the round it belongs to.
     pub(super) awaiting: Option<Awaiting>,
     /// The round under way, while one is.
-    pub(super) round: Option<round::Round>,
+    pub(super) round: Option<Round>,
     /// When the next round is due, while none is under way.
     pub(super) due: Instant,
     pub(super) link: Link,
