@@ -80,13 +80,28 @@ pub fn lines_of(dir: &Path, prefix: &str) -> Vec<String> {
     lines
 }
 
-/// A port free right now (bound and let go).
+/// A port free right now (bound and let go), outside the ephemeral range.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    // Below the kernel's ephemeral range (32768 and up here): a port the kernel picked
+    // for bind(0) could be handed to some outgoing connection, or to another caller,
+    // before the node binds it, and a node then failed with "Address already in use".
+    // Each test process walks its own stretch of the range, starting from its pid.
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 10_000;
+    const PORTS: u32 = 22_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id().wrapping_mul(1_009) % PORTS,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    loop {
+        let port = (FIRST + NEXT.fetch_add(1, Ordering::Relaxed) % PORTS) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// One plain HTTP/1.0 GET: the status code and the whole response (headers and body).
