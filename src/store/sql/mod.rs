@@ -23,6 +23,38 @@ use super::pooler;
 use super::{Backend, DatabaseUrl};
 use super::{Commands, Lease, LeaseRow, Pending, ProcessToken, StoreError};
 
+/// Sets a new SQLite connection up: how long a statement waits for another connection's
+/// lock, WAL mode, and commits that do not wait for the disk (see
+/// [`DbConnection::write_synced`]).
+///
+/// Two connections that open a new database file at once (a node's election and its
+/// member record, at the node's first start) meet in the switch to WAL, where SQLite
+/// answers "database is locked" at once rather than through `busy_timeout`: that answer
+/// is retried until the statement timeout.
+async fn set_up_sqlite(
+    conn: &mut SyncConnectionWrapper<diesel::SqliteConnection>,
+    statement_timeout: Duration,
+) -> Result<(), StoreError> {
+    const RETRY_AFTER: Duration = Duration::from_millis(5);
+    let limit = ms(statement_timeout).max(1);
+    // busy_timeout first: the switch to WAL waits for a lock where it can.
+    let set_up =
+        format!("PRAGMA busy_timeout = {limit}; PRAGMA journal_mode = WAL; {SQLITE_UNSYNCED}");
+    let give_up = tokio::time::Instant::now() + statement_timeout;
+    loop {
+        match conn.batch_execute(&set_up).await {
+            Err(diesel::result::Error::DatabaseError(_, info))
+                if info.message() == "database is locked"
+                    && tokio::time::Instant::now() + RETRY_AFTER < give_up =>
+            {
+                debug!("a new SQLite connection met another's switch to WAL; retrying");
+                tokio::time::sleep(RETRY_AFTER).await;
+            }
+            done => return Ok(done?),
+        }
+    }
+}
+
 /// A term no row has: terms start at 0 and only grow.
 const NO_TERM: i64 = -1;
 
@@ -244,12 +276,7 @@ impl DbConnection {
                     SyncConnectionWrapper::<diesel::SqliteConnection>::establish(url.sqlite_path())
                         .await
                         .map_err(connect_error)?;
-                // busy_timeout first: switching to WAL itself may have to wait for a lock.
-                // Commits do not wait for the disk (see [`DbConnection::write_synced`]).
-                conn.batch_execute(&format!(
-                    "PRAGMA busy_timeout = {limit}; PRAGMA journal_mode = WAL; {SQLITE_UNSYNCED}"
-                ))
-                .await?;
+                set_up_sqlite(&mut conn, statement_timeout).await?;
                 DbConnection::Sqlite(conn)
             }
         };

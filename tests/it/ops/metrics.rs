@@ -39,6 +39,46 @@ fn sample(text: &str, prefix: &str) -> f64 {
         .unwrap()
 }
 
+/// The first /metrics that shows `node` leading.
+async fn first_scrape_as_leader(node: &Node, port: u16, settings: &NodeSettings) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let led = format!("leaderd_is_leader{{election=\"{}\"}} 1", settings.election);
+    loop {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            let (_, body) = http_get(port, "/metrics");
+            if body.contains(&led) {
+                return body;
+            }
+        }
+        assert!(Instant::now() < deadline, "{}", node.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A node's first start on a new SQLite file (the embedded default) leads with no
+/// database error. Its election and its member record open the file at once, and SQLite
+/// answered the second switch to WAL "database is locked" without waiting: the first
+/// round failed, with a warning and a query error: in 2 to 4 of 30 starts by hand, and in
+/// every run of this test. Forty first starts, one after the other.
+#[tokio::test(flavor = "multi_thread")]
+async fn first_starts_on_a_new_sqlite_file_count_no_database_error() {
+    for _ in 0..40 {
+        let db = TestDb::new(Backend::Sqlite);
+        let settings = NodeSettings::roomy();
+        let (nodes, ports) = Node::start_with_http(&db, &settings, &["a"]);
+        let text = first_scrape_as_leader(&nodes[0], ports[0], &settings).await;
+        let errors = format!(
+            "leaderd_database_errors_total{{election=\"{}\",kind=\"query\"}} 0",
+            settings.election
+        );
+        assert!(
+            text.contains(&errors),
+            "a first start counted a query error:\n{}",
+            nodes[0].log()
+        );
+    }
+}
+
 /// A healthy leader's first scrape: leaderd_build_info names the version and the commit,
 /// every kind of database error is there at 0, and the lease's time left is within the
 /// ttl and above the safety margin.
@@ -47,18 +87,7 @@ async fn metrics_carry_build_info_errors_at_zero_and_the_lease_left() {
     let db = TestDb::new(Backend::Sqlite);
     let settings = NodeSettings::roomy();
     let (nodes, ports) = Node::start_with_http(&db, &settings, &["a"]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let led = format!("leaderd_is_leader{{election=\"{}\"}} 1", settings.election);
-    let text = loop {
-        if std::net::TcpStream::connect(("127.0.0.1", ports[0])).is_ok() {
-            let (_, body) = http_get(ports[0], "/metrics");
-            if body.contains(&led) {
-                break body;
-            }
-        }
-        assert!(Instant::now() < deadline, "{}", nodes[0].log());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let text = first_scrape_as_leader(&nodes[0], ports[0], &settings).await;
     let version = env!("CARGO_PKG_VERSION");
     let build = text
         .lines()
