@@ -62,11 +62,11 @@ pub struct Heartbeat {
     pub marker: String,
 }
 
-/// One process carrying the marker: pid and cgroup v2 path.
+/// One process carrying the marker: its session, cgroup v2 path and command line.
 #[derive(Debug)]
 pub struct Marked {
-    pub pid: i32,
-    pub ppid: i32,
+    /// Its session: a loop started through `setsid` leads one, and its children share it.
+    pub session: i32,
     pub cgroup: String,
     /// The command line, arguments joined by spaces.
     pub cmdline: String,
@@ -113,18 +113,18 @@ impl Heartbeat {
         )
     }
 
-    /// The heartbeat loops running now (not counting a loop's child between fork and
-    /// exec, which has the same command line).
+    /// The heartbeat loops of [`Escape::LeftBehind`] running now: their sessions, since
+    /// each loop leads one (`setsid -f`). A loop's child between fork and exec has the
+    /// loop's command line and session, and stays in that session once a kill has taken
+    /// the loop before it: counted by parent, a loop seen alive and then its orphaned
+    /// child seen in the same scan made two.
     pub fn loops(&self) -> usize {
-        let loops: Vec<Marked> = self
-            .processes()
+        self.processes()
             .into_iter()
             .filter(|p| p.cmdline.starts_with("sh -c trap : TERM; while"))
-            .collect();
-        loops
-            .iter()
-            .filter(|p| !loops.iter().any(|parent| parent.pid == p.ppid))
-            .count()
+            .map(|p| p.session)
+            .collect::<std::collections::HashSet<_>>()
+            .len()
     }
 
     pub fn beats(&self) -> Vec<u128> {
@@ -164,8 +164,7 @@ impl Heartbeat {
                     .split(|b| *b == 0)
                     .any(|var| var == wanted.as_bytes())
                     .then(|| Marked {
-                        pid,
-                        ppid: fields[1].parse().unwrap_or_default(),
+                        session: fields[3].parse().unwrap_or_default(),
                         cmdline: std::fs::read(format!("/proc/{pid}/cmdline"))
                             .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
                             .unwrap_or_default(),
