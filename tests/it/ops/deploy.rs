@@ -46,11 +46,9 @@ pub(super) fn tempdir(prefix: &str) -> std::path::PathBuf {
 /// The validator scripts/test.sh installs (Kubernetes schemas bundled, no cluster needed).
 fn kubernetes_validate() -> std::process::Command {
     let tool = std::env::var("LEADERD_KUBERNETES_VALIDATE").unwrap_or_else(|_| {
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/target/tools/venv/bin/kubernetes-validate"
-        )
-        .into()
+        let cache = std::env::var("XDG_CACHE_HOME")
+            .unwrap_or_else(|_| format!("{}/.cache", std::env::var("HOME").unwrap_or_default()));
+        format!("{cache}/leaderd-tools/venv/bin/kubernetes-validate")
     });
     assert!(
         Path::new(&tool).exists(),
