@@ -349,13 +349,9 @@ impl ControlStore for SimStore {
         }
         let (name, holder) = (name.to_owned(), holder.to_owned());
         let what = format!("step down {holder} {term}: {request:?}");
-        let owned = match request {
-            StepDownRequest::Resign => None,
-            StepDownRequest::Offer { to } => Some((to.to_owned(), true)),
-            StepDownRequest::Handover { to } => Some((to.to_owned(), false)),
-        };
+        let target = request.target();
         self.statement(what, false, move |db, now| {
-            let asked = match &owned {
+            let asked = match &target {
                 Some((to, offer)) => db
                     .table
                     .request_handover(now, &name, &holder, term, to, *offer),

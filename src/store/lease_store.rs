@@ -86,6 +86,18 @@ pub enum StepDownRequest<'a> {
     Handover { to: &'a str },
 }
 
+impl StepDownRequest<'_> {
+    /// Whom the request names, owned (to move into a statement), and whether the leader
+    /// waits for that node to accept; `None` for a resign.
+    pub fn target(self) -> Option<(String, bool)> {
+        match self {
+            StepDownRequest::Resign => None,
+            StepDownRequest::Offer { to } => Some((to.to_owned(), true)),
+            StepDownRequest::Handover { to } => Some((to.to_owned(), false)),
+        }
+    }
+}
+
 /// Operator commands (`leaderd pause`, `resume`, `resign`, `handover`) on an election's
 /// row, and the members table (`leaderd_member`): what `operator.rs` and `members.rs` need
 /// from a database, beside the election's own [`LeaseStore`]. Each is one statement (and

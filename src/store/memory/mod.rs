@@ -323,15 +323,11 @@ impl ControlStore for MemoryStore {
         request: StepDownRequest<'_>,
     ) -> Result<bool, StoreError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
-        let (offer, to) = match request {
-            StepDownRequest::Resign => (false, None),
-            StepDownRequest::Offer { to } => (true, Some(to.to_owned())),
-            StepDownRequest::Handover { to } => (false, Some(to.to_owned())),
-        };
+        let target = request.target();
         let releases = self.releases.clone();
         self.with_table("step_down", move |table, now| {
-            let asked = match &to {
-                Some(to) => table.request_handover(now, &name, &holder, term, to, offer),
+            let asked = match &target {
+                Some((to, offer)) => table.request_handover(now, &name, &holder, term, to, *offer),
                 None => table.request_resign(now, &name, &holder, term),
             };
             if asked {

@@ -47,15 +47,13 @@ impl ControlStore for SqlStore {
         request: StepDownRequest<'_>,
     ) -> Result<bool, StoreError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
-        let (offer, to) = match request {
-            StepDownRequest::Resign => (false, None),
-            StepDownRequest::Offer { to } => (true, Some(to.to_owned())),
-            StepDownRequest::Handover { to } => (false, Some(to.to_owned())),
-        };
+        let target = request.target();
         self.run(Opening::Plain, move |c| {
             Box::pin(async move {
-                let asked = match &to {
-                    Some(to) => c.request_handover(&name, &holder, term, to, offer).await?,
+                let asked = match &target {
+                    Some((to, offer)) => {
+                        c.request_handover(&name, &holder, term, to, *offer).await?
+                    }
                     None => c.request_resign(&name, &holder, term).await?,
                 };
                 if asked {
