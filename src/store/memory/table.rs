@@ -5,9 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::time::Instant;
 
-use crate::store::{
-    Commands, Lease, LeaseRow, Member, MemberRecord, MemberStanding, Pending, StepDownRequest,
-};
+use crate::store::{Commands, Lease, LeaseRow, Member, MemberRecord, MemberStanding, Pending};
 
 /// One election's row (`service_leader_lock`).
 #[derive(Debug, Clone)]
@@ -287,26 +285,6 @@ impl Table {
                 true
             }
             _ => false,
-        }
-    }
-
-    /// One of the [`StepDownRequest`]s.
-    pub fn request_step_down(
-        &mut self,
-        now: Instant,
-        name: &str,
-        holder: &str,
-        term: i64,
-        request: StepDownRequest<'_>,
-    ) -> bool {
-        match request {
-            StepDownRequest::Resign => self.request_resign(now, name, holder, term),
-            StepDownRequest::Offer { to } => {
-                self.request_handover(now, name, holder, term, to, true)
-            }
-            StepDownRequest::Handover { to } => {
-                self.request_handover(now, name, holder, term, to, false)
-            }
         }
     }
 
