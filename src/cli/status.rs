@@ -38,7 +38,7 @@ pub(super) async fn status(config: Config, json: bool) -> anyhow::Result<()> {
     let row = store
         .get(&config.election.name)
         .await
-        .with_context(|| format!("cannot read election {:?}", config.election))?;
+        .with_context(|| format!("cannot read election {:?}", config.election.name))?;
     let ms = |d: std::time::Duration| d.as_millis() as u64;
     let report = ElectionReport {
         election: &config.election.name,

@@ -226,10 +226,22 @@ async fn status_needs_nothing_but_select() {
     assert_eq!(status["leader"], serde_json::Value::Null, "{status}");
 }
 
+/// Exit 69, naming the server and the election, and nothing else of the configuration: a
+/// health check's environment may hold a secret.
 #[tokio::test(flavor = "multi_thread")]
 async fn status_of_an_unreachable_database_exits_69() {
+    let dir = std::env::temp_dir().join(common::unique("status"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("leaderd.toml");
+    std::fs::write(
+        &config,
+        "[election]\nname = \"nightly\"\n\n[election.health_check]\n\
+         command = [\"true\"]\nenv = { API_TOKEN = \"s3cret-token\" }\n",
+    )
+    .unwrap();
     let output = leaderd()
-        .args(["status"])
+        .args(["status", "--config"])
+        .arg(&config)
         .env(
             "LEADERD_DATABASE__URL",
             "postgres://postgres@127.0.0.1:1/test",
@@ -237,9 +249,12 @@ async fn status_of_an_unreachable_database_exits_69() {
         .env("LEADERD_DATABASE__CONNECT_TIMEOUT", "500ms")
         .output()
         .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(output.status.code(), Some(69));
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(stderr.contains("127.0.0.1:1"), "{stderr}");
+    assert!(stderr.contains("\"nightly\""), "{stderr}");
+    assert!(!stderr.contains("s3cret-token"), "{stderr}");
 }
 
 backend_tests!(postgres = Backend::Postgres => migrate_then_status_shows_the_leader, an_unreachable_database_at_start_is_waited_for);
