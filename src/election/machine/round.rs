@@ -325,6 +325,12 @@ impl Machine {
                 }
                 return self.claim_if_free(now, round, row, round_trip, actions);
             }
+            // The gates again: a stop may have closed them while the row was made.
+            (Awaiting::EnsureRow { round_trip, .. }, _)
+                if !(round.may_claim && now.claims_open) =>
+            {
+                (Outcome::Observed(None), round_trip)
+            }
             (Awaiting::EnsureRow { round_trip, .. }, _) => {
                 let next = Awaiting::Claim {
                     expected: 0,

@@ -157,3 +157,26 @@ fn a_late_renewal_still_reports_the_pause_it_saw() {
     assert_eq!(published.role, Role::Unknown);
     assert!(published.paused, "the pause the renewal saw");
 }
+
+/// A node that found no row creates it and then claims it; a stop that closes the claim
+/// gates while the row is being created (SIGTERM closes them before the election stops)
+/// sends no claim.
+#[test]
+fn a_claim_gate_closed_while_the_row_is_created_sends_no_claim() {
+    let start = Instant::from_std(StdInstant::now());
+    let mut m = machine(start);
+    let actions = m.step(at(start, Duration::ZERO), Input::Due);
+    assert_eq!(sent(&actions), Some(Statement::Read));
+    let actions = m.step(
+        at(start, Duration::from_millis(1)),
+        Input::Answer(Ok(Reply::Row(None))),
+    );
+    assert_eq!(sent(&actions), Some(Statement::EnsureRow));
+    let closed = Moment {
+        claims_open: false,
+        ..at(start, Duration::from_millis(2))
+    };
+    let actions = m.step(closed, Input::Answer(Ok(Reply::Done(true))));
+    assert_eq!(sent(&actions), None, "{actions:?}");
+    assert!(matches!(m.state, State::Following { .. }), "{:?}", m.state);
+}
