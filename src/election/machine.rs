@@ -54,8 +54,6 @@ pub(crate) enum State {
         /// A term whose release was just announced: the next round claims it without
         /// reading first.
         released_in: Option<i64>,
-        /// After resigning, no claim before this instant, so another node takes over.
-        resigned_until: Option<Instant>,
     },
     /// Acts as leader in `term` until `deadline`.
     Leading {
@@ -215,6 +213,9 @@ pub(crate) struct Machine {
     pub(super) round: Option<Round>,
     /// When the next round is due, while none is under way.
     pub(super) due: Instant,
+    /// After resigning, no claim or reacquire before this instant, so another node takes
+    /// over (a term in doubt through the resign may turn out this node's own).
+    pub(super) resigned_until: Option<Instant>,
     pub(super) link: Link,
     /// What was published last.
     pub(super) published: Status,
@@ -238,11 +239,11 @@ impl Machine {
             state: State::Following {
                 in_doubt: None,
                 released_in: None,
-                resigned_until: None,
             },
             awaiting: None,
             round: None,
             due: now,
+            resigned_until: None,
             link: Link::default(),
             published: Status::initial(),
             single_term: false,

@@ -188,7 +188,10 @@ impl Machine {
                         "the database refused the renewal: the lease is no longer ours"
                     );
                 }
-                self.state = self.following(None);
+                self.state = State::Following {
+                    in_doubt: None,
+                    released_in: None,
+                };
                 let term = self.published.term;
                 self.publish(now, Role::Unknown, None, term, None, actions);
                 at
@@ -215,7 +218,10 @@ impl Machine {
                         term: r.term,
                         in_doubt: None,
                     },
-                    None => self.following(None),
+                    None => State::Following {
+                        in_doubt: None,
+                        released_in: None,
+                    },
                 };
                 let leader = row
                     .as_ref()
@@ -266,19 +272,6 @@ impl Machine {
                     (_, None) => at + MIN_POLL,
                 }
             }
-        }
-    }
-
-    /// Following, keeping a resign's wait for claims (it ends by itself).
-    fn following(&self, in_doubt: Option<i64>) -> State {
-        let resigned_until = match self.state {
-            State::Following { resigned_until, .. } => resigned_until,
-            _ => None,
-        };
-        State::Following {
-            in_doubt,
-            released_in: None,
-            resigned_until,
         }
     }
 

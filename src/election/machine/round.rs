@@ -121,13 +121,7 @@ impl Awaiting {
 impl Machine {
     /// Starts a round with its first statement.
     pub(super) fn start_round(&mut self, now: Moment, actions: &mut Vec<Action>) {
-        let resigned = match self.state {
-            State::Following {
-                resigned_until: Some(until),
-                ..
-            } => now.at.at < until,
-            _ => false,
-        };
+        let resigned = self.resigned_until.is_some_and(|until| now.at.at < until);
         let seen = match self.state {
             State::Leading { seen, .. } => seen,
             _ => Commands::default(),

@@ -113,8 +113,8 @@ impl Machine {
         self.state = State::Following {
             in_doubt,
             released_in: None,
-            resigned_until: Some(now.at.at + self.settings.ttl),
         };
+        self.resigned_until = Some(now.at.at + self.settings.ttl);
         self.due = now.at.at;
         if stop_after {
             // Nothing is held any more: the stop publishes that this node's word is over.

@@ -180,3 +180,54 @@ fn a_claim_gate_closed_while_the_row_is_created_sends_no_claim() {
     assert_eq!(sent(&actions), None, "{actions:?}");
     assert!(matches!(m.state, State::Following { .. }), "{:?}", m.state);
 }
+
+/// A resign keeps the node from claiming for one ttl, reacquires included: a term in
+/// doubt through the resign turns out the node's own, and the round after that read
+/// must not take the next term at once, undoing the resign.
+#[test]
+fn a_resign_keeps_its_wait_when_the_term_in_doubt_is_found_ours() {
+    let start = Instant::from_std(StdInstant::now());
+    let mut m = machine(start);
+    m.state = State::Lapsed {
+        term: 1,
+        in_doubt: None,
+    };
+    m.step(at(start, Duration::ZERO), Input::Due);
+    m.step(at(start, Duration::from_millis(5)), Input::Answer(lost()));
+    m.step(at(start, Duration::from_millis(6)), Input::Resign(None));
+    m.step(
+        at(start, Duration::from_millis(7)),
+        Input::Answer(Ok(Reply::Durable(true))),
+    );
+    m.step(
+        at(start, Duration::from_millis(8)),
+        Input::Answer(Ok(Reply::Done(false))),
+    );
+    m.step(at(start, Duration::from_millis(9)), Input::Due);
+    let ours = row("a", 2, Some(m.token.for_term(2)), Pending::default());
+    m.step(
+        at(start, Duration::from_millis(10)),
+        Input::Answer(Ok(Reply::Row(Some(ours)))),
+    );
+    assert!(
+        matches!(m.state, State::Lapsed { term: 2, .. }),
+        "{:?}",
+        m.state
+    );
+    // Rounds within the ttl after the resign read; none reacquires.
+    for after in [11, 100, TTL.as_millis() as u64 - 10] {
+        let actions = m.step(at(start, Duration::from_millis(after)), Input::Due);
+        assert_ne!(
+            sent(&actions),
+            Some(Statement::Reacquire { term: 2 }),
+            "{after} ms after the resign"
+        );
+        if sent(&actions).is_some() {
+            let ours = row("a", 2, Some(m.token.for_term(2)), Pending::default());
+            m.step(
+                at(start, Duration::from_millis(after + 1)),
+                Input::Answer(Ok(Reply::Row(Some(ours)))),
+            );
+        }
+    }
+}
