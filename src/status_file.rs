@@ -22,7 +22,7 @@ fn candidate_by_default() -> bool {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StatusFileError {
-    #[error("cannot write status file {path}: {source}")]
+    #[error("cannot write {path}: {source}")]
     Write {
         path: PathBuf,
         #[source]

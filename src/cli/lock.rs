@@ -24,6 +24,8 @@ use crate::signals;
 
 mod metrics_file;
 
+use metrics_file::Outcome;
+
 /// `leaderd lock`'s arguments.
 #[derive(Debug, clap::Args)]
 pub(super) struct LockArgs {
@@ -59,18 +61,11 @@ impl LockArgs {
 /// exit status, or leaderd's own.
 pub(super) async fn run(config: Config, args: LockArgs) -> anyhow::Result<u8> {
     let metrics_file = args.cron.metrics_file.clone();
-    let conflict_exit_code = args.cron.conflict_exit_code;
     let name = args.name.clone();
-    metrics_file::recorded(
-        metrics_file.as_deref(),
-        conflict_exit_code,
-        &name,
-        lock(config, args),
-    )
-    .await
+    metrics_file::recorded(metrics_file.as_deref(), &name, lock(config, args)).await
 }
 
-async fn lock(config: Config, args: LockArgs) -> anyhow::Result<u8> {
+async fn lock(config: Config, args: LockArgs) -> anyhow::Result<(u8, Outcome)> {
     let LockArgs {
         ttl,
         cron,
@@ -88,14 +83,14 @@ async fn lock(config: Config, args: LockArgs) -> anyhow::Result<u8> {
     let holder = id_with_suffix(&config.node.id, &format!(":{}", std::process::id()));
     if let Err(error) = cron.check() {
         eprintln!("leaderd: {error}");
-        return Ok(EXIT_USAGE);
+        return Ok((EXIT_USAGE, Outcome::Usage));
     }
     let row = cron.row(name);
     let options = match LockOptions::new(&row, ttl).and_then(|o| o.holder(&holder)) {
         Ok(options) => options,
         Err(error) => {
             eprintln!("leaderd: {error}");
-            return Ok(EXIT_USAGE);
+            return Ok((EXIT_USAGE, Outcome::Usage));
         }
     };
     let renew_every = options.renewal_interval();
@@ -118,24 +113,24 @@ async fn lock(config: Config, args: LockArgs) -> anyhow::Result<u8> {
         Err(LockError::Cancelled { .. }) => {
             let signal = interrupted.expect("cancelled by a signal");
             eprintln!("leaderd: {signal} while waiting for lock {name:?}; not running the command");
-            return Ok(128 + signal as u8);
+            return Ok((128 + signal as u8, Outcome::Failed));
         }
         Err(error @ LockError::Held { .. }) => {
             if !cron.quiet {
                 eprintln!("leaderd: {error}");
             }
-            return Ok(cron.conflict_exit_code);
+            return Ok((cron.conflict_exit_code, Outcome::Held));
         }
         Err(error) => {
             eprintln!("leaderd: {error}");
-            return Ok(EXIT_UNAVAILABLE);
+            return Ok((EXIT_UNAVAILABLE, Outcome::Unavailable));
         }
     };
     if let Some(signal) = interrupted {
         // It came as the lock was taken: honour it rather than lose it.
         let _ = guard.release().await;
         eprintln!("leaderd: {signal} while taking lock {name:?}; not running the command");
-        return Ok(128 + signal as u8);
+        return Ok((128 + signal as u8, Outcome::Failed));
     }
     info!(
         lock = name,
@@ -167,7 +162,7 @@ async fn lock(config: Config, args: LockArgs) -> anyhow::Result<u8> {
     let still_held = guard.is_held();
     if timed_out && still_held {
         release(guard, name, Duration::ZERO).await;
-        return Ok(EXIT_TIMED_OUT);
+        return Ok((EXIT_TIMED_OUT, Outcome::TimedOut));
     }
     let hold = match (cron.hold_at_least, ran.status, ran.fenced) {
         (Some(hold), Some(_), false) => hold,
@@ -181,7 +176,7 @@ async fn lock(config: Config, args: LockArgs) -> anyhow::Result<u8> {
                 "leaderd: lost lock {name:?} (term {term}) before the command could start: \
                  the database did not take a renewal in time"
             );
-            Ok(EXIT_LOCK_LOST)
+            Ok((EXIT_LOCK_LOST, Outcome::Lost))
         }
         _ if ran.fenced => {
             eprintln!(
@@ -189,13 +184,16 @@ async fn lock(config: Config, args: LockArgs) -> anyhow::Result<u8> {
                  in time, so the command was stopped before the lease could lapse and another \
                  holder could start"
             );
-            Ok(EXIT_LOCK_LOST)
+            Ok((EXIT_LOCK_LOST, Outcome::Lost))
         }
-        Some(status) => Ok(match (status.code(), status.signal()) {
-            (Some(code), _) => code as u8,
-            (None, Some(signal)) => 128 + signal as u8,
-            _ => 1,
-        }),
+        Some(status) => Ok((
+            match (status.code(), status.signal()) {
+                (Some(code), _) => code as u8,
+                (None, Some(signal)) => 128 + signal as u8,
+                _ => 1,
+            },
+            Outcome::Ran,
+        )),
         None => anyhow::bail!("could not start {program:?} (the reason is logged above)"),
     }
 }

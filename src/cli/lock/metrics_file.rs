@@ -4,52 +4,67 @@
 use std::future::Future;
 use std::path::Path;
 
-use crate::cli::exit::{EXIT_LOCK_LOST, EXIT_TIMED_OUT, EXIT_UNAVAILABLE, EXIT_USAGE};
+/// What became of one `leaderd lock` run, as the run itself knows it: an exit status
+/// cannot tell, since COMMAND may exit with any of leaderd's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome {
+    /// COMMAND ran; its status is the exit status.
+    Ran,
+    /// Held by another holder.
+    Held,
+    Lost,
+    /// Stopped at --hold-at-most.
+    TimedOut,
+    /// The database could not be used.
+    Unavailable,
+    Usage,
+    /// leaderd failed, or was interrupted before COMMAND ran.
+    Failed,
+}
 
-/// What became of one `leaderd lock` run, by its exit status, for --metrics-file.
-fn outcome(conflict_exit_code: u8, code: Option<u8>) -> &'static str {
-    match code {
-        None => "failed",
-        Some(code) if code == conflict_exit_code => "held",
-        Some(EXIT_LOCK_LOST) => "lost",
-        Some(EXIT_TIMED_OUT) => "timed_out",
-        Some(EXIT_UNAVAILABLE) => "unavailable",
-        Some(EXIT_USAGE) => "usage",
-        Some(_) => "ran",
+impl Outcome {
+    const ALL: [Outcome; 7] = [
+        Outcome::Ran,
+        Outcome::Held,
+        Outcome::Lost,
+        Outcome::TimedOut,
+        Outcome::Unavailable,
+        Outcome::Usage,
+        Outcome::Failed,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ran => "ran",
+            Outcome::Held => "held",
+            Outcome::Lost => "lost",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Unavailable => "unavailable",
+            Outcome::Usage => "usage",
+            Outcome::Failed => "failed",
+        }
     }
 }
 
-const OUTCOMES: [&str; 7] = [
-    "ran",
-    "held",
-    "lost",
-    "timed_out",
-    "unavailable",
-    "usage",
-    "failed",
-];
-
-/// Runs `lock` (the whole `leaderd lock`), then writes its outcome to `metrics_file`;
-/// `conflict_exit_code` is `-E`, the status that says the lock was held elsewhere.
+/// Runs `lock` (the whole `leaderd lock`), then writes its outcome to `metrics_file`.
 pub(super) async fn recorded(
     metrics_file: Option<&Path>,
-    conflict_exit_code: u8,
     name: &str,
-    lock: impl Future<Output = anyhow::Result<u8>>,
+    lock: impl Future<Output = anyhow::Result<(u8, Outcome)>>,
 ) -> anyhow::Result<u8> {
     let started = std::time::SystemTime::now();
     let result = lock.await;
     if let Some(path) = metrics_file {
-        let code = result.as_ref().ok().copied();
-        let text = metrics_text(name, started, code, outcome(conflict_exit_code, code), path);
-        if let Err(error) = write_atomically(path, &text) {
-            eprintln!(
-                "leaderd: cannot write --metrics-file {}: {error}",
-                path.display()
-            );
+        let (code, outcome) = match &result {
+            Ok((code, outcome)) => (Some(*code), *outcome),
+            Err(_) => (None, Outcome::Failed),
+        };
+        let text = metrics_text(name, started, code, outcome, path);
+        if let Err(error) = crate::status_file::write_atomically(path, text.as_bytes()) {
+            eprintln!("leaderd: --metrics-file: {error}");
         }
     }
-    result
+    result.map(|(code, _)| code)
 }
 
 fn unix_seconds(time: std::time::SystemTime) -> f64 {
@@ -81,14 +96,14 @@ fn metrics_text(
     name: &str,
     started: std::time::SystemTime,
     code: Option<u8>,
-    outcome: &str,
+    outcome: Outcome,
     path: &Path,
 ) -> String {
     let lock = escape(name);
     let ended = std::time::SystemTime::now();
     let took = ended.duration_since(started).unwrap_or_default();
     let success = match (outcome, code) {
-        ("ran", Some(0)) => Some(format!("{:.3}", unix_seconds(ended))),
+        (Outcome::Ran, Some(0)) => Some(format!("{:.3}", unix_seconds(ended))),
         _ => previous_success(path, name),
     };
     let mut text = String::new();
@@ -120,12 +135,13 @@ fn metrics_text(
         "leaderd_lock_last_outcome",
         "1 for what became of the last leaderd lock run on this host: ran (COMMAND ran, \
          its status in leaderd_lock_last_exit_status), held (by another holder), lost, \
-         timed_out (--hold-at-most), unavailable (database), usage, failed.",
-        OUTCOMES
+         timed_out (--hold-at-most), unavailable (database), usage, failed (leaderd failed, \
+         or was interrupted before COMMAND ran).",
+        Outcome::ALL
             .iter()
             .map(|o| {
                 (
-                    format!(",outcome=\"{o}\""),
+                    format!(",outcome=\"{}\"", o.as_str()),
                     if *o == outcome { "1" } else { "0" }.to_owned(),
                 )
             })
@@ -139,11 +155,4 @@ fn metrics_text(
         );
     }
     text
-}
-
-fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    let mut temporary = path.as_os_str().to_owned();
-    temporary.push(format!(".{}.tmp", std::process::id()));
-    std::fs::write(&temporary, text)?;
-    std::fs::rename(&temporary, path)
 }

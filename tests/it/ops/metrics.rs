@@ -174,6 +174,19 @@ async fn lock_writes_its_outcome_for_the_textfile_collector() {
         "leaderd_lock_last_success_timestamp_seconds{lock=\"nightly\"}",
     );
 
+    // COMMAND's own status 75, the one leaderd gives a held lock: it ran all the same.
+    let ran_75 = lock(&["sh", "-c", "exit 75"], &[]);
+    assert_eq!(ran_75.status.code(), Some(75), "{ran_75:?}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("leaderd_lock_last_outcome{lock=\"nightly\",outcome=\"ran\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("leaderd_lock_last_exit_status{lock=\"nightly\"} 75"),
+        "{text}"
+    );
+
     // Held by a hold: refused, and the last success is kept.
     let held = lock(&["true"], &["--hold-at-least", "1h"]);
     assert!(held.status.success(), "{held:?}");
