@@ -391,3 +391,32 @@ fn a_reload_names_the_sections_that_need_a_restart() {
         ["hooks.containment"]
     );
 }
+
+/// The example configuration loads as shipped, and with each commented-out table taken
+/// in (its header and keys uncommented): no key of another table sits below one.
+#[test]
+fn the_example_config_loads_with_its_commented_tables_taken_in() {
+    let example = include_str!("../../config/leaderd.toml");
+    let shipped = load(example, &[]).unwrap();
+    let mut taken_in = String::new();
+    let mut in_table = false;
+    for line in example.lines() {
+        in_table = (in_table && !line.trim().is_empty()) || line.starts_with("# [");
+        let key = line.strip_prefix("# ").filter(|rest| {
+            rest.starts_with('[')
+                || rest
+                    .split_once(" = ")
+                    .is_some_and(|(k, _)| !k.contains(' '))
+        });
+        match key {
+            Some(uncommented) if in_table => taken_in.push_str(uncommented),
+            _ => taken_in.push_str(line),
+        }
+        taken_in.push('\n');
+    }
+    let c = load(&taken_in, &[]).unwrap_or_else(|e| panic!("{e}\n{taken_in}"));
+    assert!(c.election.health_check.is_some());
+    assert!(c.hooks.leader_command.is_some());
+    assert_eq!(c.election.priority, shipped.election.priority);
+    assert_eq!(c.election.preempt_after, shipped.election.preempt_after);
+}
