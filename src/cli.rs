@@ -132,8 +132,8 @@ enum Command {
         #[command(flatten)]
         args: lock::LockArgs,
     },
-    /// List every held lease, locks' and elections': name, kind, holder, term, when last
-    /// renewed and how long it has left, as the database sees it now.
+    /// List every held lease, locks' and elections': name, kind, holder, term, how long it
+    /// has been held, when last renewed and how long it has left, as the database sees it.
     Locks {
         #[command(flatten)]
         args: locks::LocksArgs,

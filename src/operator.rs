@@ -1,7 +1,7 @@
 //! Operator commands: `leaderd resign`, `handover`, `pause`, `resume` and `watch`. They
 //! work from any host that reaches the database: each writes a command on the election's
 //! row (and, on PostgreSQL, wakes the nodes with a notification), and the nodes' own
-//! statements see it within one interval (see `dialect.rs`). Nothing here talks to a
+//! statements see it within one interval (see `store/dialect/`). Nothing here talks to a
 //! node directly.
 
 use crate::config::Config;

@@ -199,7 +199,7 @@ async fn lock(config: Config, args: LockArgs) -> anyhow::Result<(u8, Outcome)> {
 }
 
 /// The flags `leaderd lock` shares with flock(1), and the hold.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, clap::Args)]
 struct LockCronFlags {
     /// Wait up to this long for the lock instead of failing at once: seconds as flock(1)
     /// takes them ("10", "0.5") or a duration ("10s", "1m 30s").
@@ -220,7 +220,7 @@ struct LockCronFlags {
     /// finished sooner: the end is written into the lock's row and leaderd exits at once
     /// with COMMAND's status; the row lapses then by the database clock. A cron that
     /// fires late on another host finds it held.
-    #[arg(long, value_name = "DURATION", value_parser = parse_hold)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::duration::zero_or_more)]
     hold_at_least: Option<Duration>,
     /// The longest COMMAND may run (ShedLock's lockAtMostFor): at this long after the lock
     /// was taken it gets SIGTERM, then SIGKILL after --stop-timeout, and leaderd exits
@@ -228,7 +228,7 @@ struct LockCronFlags {
     #[arg(long, value_name = "DURATION", value_parser = crate::duration::positive)]
     hold_at_most: Option<Duration>,
     /// With --hold-at-most: the time COMMAND gets between SIGTERM and SIGKILL.
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_hold)]
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = crate::duration::zero_or_more)]
     stop_timeout: Duration,
     /// After each run, write its outcome to FILE in Prometheus text format, for
     /// node_exporter's textfile collector (one file per lock; replaced atomically).
@@ -345,10 +345,6 @@ fn parse_wait(text: &str) -> Result<Duration, String> {
     crate::duration::Rule::zero_means("do not wait").check(wait)
 }
 
-fn parse_hold(text: &str) -> Result<Duration, String> {
-    crate::duration::zero_or_more(text)
-}
-
 /// The signals `leaderd lock` receives: passed on to COMMAND while it runs.
 struct Signals {
     received: mpsc::UnboundedReceiver<Signal>,
@@ -434,7 +430,10 @@ mod tests {
         assert_eq!(parse_wait("1m 30s"), Ok(Duration::from_secs(90)));
         assert!(parse_wait("-1").is_err());
         assert!(parse_wait("ten").unwrap_err().contains("write seconds"));
-        assert!(parse_hold("0").is_ok() && parse_hold("2d").is_err());
+        assert!(
+            crate::duration::zero_or_more("0").is_ok()
+                && crate::duration::zero_or_more("2d").is_err()
+        );
         assert!(parse_wait("2days").unwrap_err().contains("at most a day"));
     }
 }

@@ -48,6 +48,10 @@ const EXIT_STATUS: &[(&str, &str)] = &[
         "resign: no other live, healthy candidate could take over (see --force).",
     ),
     (
+        "8",
+        "resign, handover, pause, resume: the answer to the command was lost; it may or may not have been carried out (the message says how to repeat it harmlessly).",
+    ),
+    (
         "69",
         "The database cannot be reached or used (EX_UNAVAILABLE); the message gives the cause.",
     ),
@@ -66,6 +70,10 @@ const EXIT_STATUS: &[(&str, &str)] = &[
     (
         "78",
         "A bad configuration (EX_CONFIG): an invalid or unknown key, a LEADERD_* variable close to a configuration variable, a hook whose program is missing or not executable.",
+    ),
+    (
+        "124",
+        "lock: COMMAND ran past --hold-at-most and was stopped.",
     ),
     (
         "128+N",

@@ -183,7 +183,7 @@ pub async fn step_down(
 /// leader.
 /// `progress` hears what was asked, as it happens.
 // The simulator (test builds) runs it.
-#[cfg_attr(not(test), allow(dead_code))]
+#[cfg(test)]
 pub async fn step_down_with<S: ControlStore>(
     store: &mut S,
     election: &str,
