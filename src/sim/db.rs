@@ -20,7 +20,7 @@ use crate::store::{
 };
 
 /// Time to open a connection.
-const CONNECT: Duration = Duration::from_millis(1);
+pub(super) const CONNECT: Duration = Duration::from_millis(1);
 
 /// What happens to one statement.
 #[derive(Debug, Clone, Copy, Default)]

@@ -342,7 +342,7 @@ pub(super) const LIVENESS_SLACK: Duration = Duration::from_secs(1);
 
 /// Properties left out of a search (`LEADERD_SIM_SKIP=10,9`), to look for a second bug
 /// behind a first one that is not fixed yet.
-fn skipped(property: &str) -> bool {
+pub(super) fn skipped(property: &str) -> bool {
     static SKIPPED: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
     let skipped = SKIPPED.get_or_init(|| {
         std::env::var("LEADERD_SIM_SKIP")

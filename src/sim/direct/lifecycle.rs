@@ -17,13 +17,12 @@ use crate::election::machine::{Action, Input, Machine, Moment, Reply, Statement}
 use crate::election::{Role, Status};
 use crate::sim::database::judge_new_term;
 use crate::sim::db::Dice;
+use crate::sim::models::FILE_RETRY;
 use crate::sim::schedule::Fault;
 use crate::store::{ProcessToken, StoreError};
 
 /// How long the status file takes to make a publication durable, undisturbed.
 const STATUS_FILE_WRITE: Duration = Duration::from_millis(1);
-/// The status file writer retries a failed write this often (as `status_file.rs`).
-const FILE_RETRY: Duration = Duration::from_millis(100);
 
 impl World {
     /// Starts a process for `node` (the twin of a live one if there is one).
