@@ -6,9 +6,9 @@ use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel_async::RunQueryDsl;
 use std::time::Duration;
 
-use super::{DbConnection, missing_column, ms};
+use super::{DbConnection, duration, ms, read_error};
 use crate::store::dialect::{Dialect, MYSQL, POSTGRES, Param, SQLITE, Statement};
-use crate::store::{HeldRow, Member, MemberRecord, MemberStanding, StoreError, pooler};
+use crate::store::{HeldRow, Member, MemberRecord, MemberStanding, StoreError};
 
 #[derive(QueryableByName)]
 struct HeldSql {
@@ -132,9 +132,8 @@ impl DbConnection {
             Statement::new(d.members, vec![Param::Text(election)])
                 .load(c)
                 .await
-                .map_err(|error| missing_column(error.into()))?
+                .map_err(read_error)?
         });
-        let duration = |ms: i64| Duration::from_millis(ms.max(0) as u64);
         Ok(rows
             .into_iter()
             .map(|row| Member {
@@ -167,9 +166,8 @@ impl DbConnection {
             Statement::new(d.held_rows, vec![])
                 .load(c)
                 .await
-                .map_err(|error| pooler::explain(missing_column(error.into())))?
+                .map_err(read_error)?
         });
-        let duration = |ms: i64| Duration::from_millis(ms.max(0) as u64);
         Ok(rows
             .into_iter()
             .map(|row| HeldRow {

@@ -219,6 +219,17 @@ fn ms(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// Milliseconds the database computed, as a duration (none below zero).
+fn duration(ms: i64) -> Duration {
+    Duration::from_millis(ms.max(0) as u64)
+}
+
+/// A read's failure as the caller should see it: a missing column says to migrate, a
+/// statement a transaction pooler refused says so.
+fn read_error(error: diesel::result::Error) -> StoreError {
+    pooler::explain(missing_column(error.into()))
+}
+
 impl DbConnection {
     /// Opens a connection and bounds every later statement on it on the server side too,
     /// so a statement the client gave up on does not go on holding locks.
@@ -330,27 +341,21 @@ impl DbConnection {
             Statement::new(d.get, vec![Param::Text(name)])
                 .load(c)
                 .await
-                .map_err(|error| pooler::explain(missing_column(error.into())))?
+                .map_err(read_error)?
         });
         let middle = sent + (unix_us(SystemTime::now()) - sent) / 2;
         Ok(rows.into_iter().next().map(|row| LeaseRow {
             holder: row.container_id,
             term: row.term,
-            lease: Duration::from_millis(row.lease_ms.max(0) as u64),
-            age: Duration::from_millis(row.age_ms.max(0) as u64),
+            lease: duration(row.lease_ms),
+            age: duration(row.age_ms),
             clock_offset_us: Some(row.now_us - middle),
             term_token: row.term_token,
-            held_for: row
-                .held_ms
-                .map(|ms| Duration::from_millis(ms.max(0) as u64)),
+            held_for: row.held_ms.map(duration),
             pending: Pending {
-                paused_for: row
-                    .paused_ms
-                    .map(|ms| Duration::from_millis(ms.max(0) as u64)),
+                paused_for: row.paused_ms.map(duration),
                 handover_to: row.handover_to.filter(|_| row.handover_ms.is_some()),
-                handover_for: row
-                    .handover_ms
-                    .map(|ms| Duration::from_millis(ms.max(0) as u64)),
+                handover_for: row.handover_ms.map(duration),
                 resign_term: row.resign_term,
             },
         }))
@@ -366,7 +371,7 @@ impl DbConnection {
             Statement::new(statement(d), params)
                 .execute(c)
                 .await
-                .map_err(|error| pooler::explain(missing_column(error.into())))?
+                .map_err(read_error)?
         }))
     }
 
