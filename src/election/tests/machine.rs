@@ -49,13 +49,9 @@ fn lost() -> Result<Reply, StoreError> {
     Err(StoreError::QueryTimeout { after: TTL })
 }
 
-/// A reacquire whose answer was lost may have started the next term. A resign in between
-/// keeps that term in doubt, so the read after it knows the term as this process's own
-/// (and a stop releases it), not another process's with the same node id.
-#[test]
-fn a_term_in_doubt_stays_in_doubt_through_a_resign() {
-    let start = Instant::from_std(StdInstant::now());
-    let mut m = machine(start);
+/// Lapsed in term 1, a reacquire whose answer is lost (term 2 may have started), a resign,
+/// and its release of term 1, which finds term 2 on the row: nothing to release. At 8 ms.
+fn resign_with_a_term_in_doubt(m: &mut Machine, start: Instant) {
     m.state = State::Lapsed {
         term: 1,
         in_doubt: None,
@@ -68,11 +64,20 @@ fn a_term_in_doubt_stays_in_doubt_through_a_resign() {
         at(start, Duration::from_millis(7)),
         Input::Answer(Ok(Reply::Durable(true))),
     );
-    // The release of term 1 finds term 2 on the row: nothing to release.
     m.step(
         at(start, Duration::from_millis(8)),
         Input::Answer(Ok(Reply::Done(false))),
     );
+}
+
+/// A reacquire whose answer was lost may have started the next term. A resign in between
+/// keeps that term in doubt, so the read after it knows the term as this process's own
+/// (and a stop releases it), not another process's with the same node id.
+#[test]
+fn a_term_in_doubt_stays_in_doubt_through_a_resign() {
+    let start = Instant::from_std(StdInstant::now());
+    let mut m = machine(start);
+    resign_with_a_term_in_doubt(&mut m, start);
     assert!(
         matches!(
             m.state,
@@ -188,21 +193,7 @@ fn a_claim_gate_closed_while_the_row_is_created_sends_no_claim() {
 fn a_resign_keeps_its_wait_when_the_term_in_doubt_is_found_ours() {
     let start = Instant::from_std(StdInstant::now());
     let mut m = machine(start);
-    m.state = State::Lapsed {
-        term: 1,
-        in_doubt: None,
-    };
-    m.step(at(start, Duration::ZERO), Input::Due);
-    m.step(at(start, Duration::from_millis(5)), Input::Answer(lost()));
-    m.step(at(start, Duration::from_millis(6)), Input::Resign(None));
-    m.step(
-        at(start, Duration::from_millis(7)),
-        Input::Answer(Ok(Reply::Durable(true))),
-    );
-    m.step(
-        at(start, Duration::from_millis(8)),
-        Input::Answer(Ok(Reply::Done(false))),
-    );
+    resign_with_a_term_in_doubt(&mut m, start);
     m.step(at(start, Duration::from_millis(9)), Input::Due);
     let ours = row("a", 2, Some(m.token.for_term(2)), Pending::default());
     m.step(
