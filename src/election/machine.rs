@@ -48,8 +48,9 @@ pub(crate) const STOP_WAIT_IN_FLIGHT: Duration = Duration::from_millis(400);
 pub(crate) enum State {
     /// Holds nothing: reads the row, and claims a free lease when it may.
     Following {
-        /// A term this node may hold: its claim failed on the way back, so it may have
-        /// committed. The next read tells, by the row's term token.
+        /// A claim of this node on top of this term failed on the way back, so it may have
+        /// committed and started a term above it. The next read tells, by the row's term
+        /// token.
         in_doubt: Option<i64>,
         /// A term whose release was just announced: the next round claims it without
         /// reading first.
@@ -66,7 +67,8 @@ pub(crate) enum State {
         resign_passed_on: bool,
     },
     /// The row may still name this node in `term`, but it stopped acting as leader (its
-    /// deadline passed). Leadership resumes only through a new term.
+    /// deadline passed). Leadership resumes only through a new term. `in_doubt`: as in
+    /// `Following`, for a reacquire on top of `term`.
     Lapsed { term: i64, in_doubt: Option<i64> },
     /// Giving leadership up: stopped acting, waiting for that to be durable, then
     /// releasing `term`. `for_good`: the stop; otherwise a resign, which follows after.
@@ -76,7 +78,8 @@ pub(crate) enum State {
         for_good: bool,
         /// A stop came during a resign: end once it is done.
         stop_after: bool,
-        /// A term a lost reacquire answer may have started, for the read after a resign.
+        /// The term on top of which a lost reacquire answer may have started one, for the
+        /// read after a resign.
         in_doubt: Option<i64>,
     },
     /// Stopped while a statement was in flight: waits for its answer until `give_up`,
@@ -130,11 +133,11 @@ pub(crate) enum Statement {
         seen: Commands,
     },
     Read,
-    /// Start `term + 1` on a row still ours in `term`.
+    /// Start a new term on a row still ours in `term`.
     Reacquire {
         term: i64,
     },
-    /// Take a free lease in `expected`, starting `expected + 1`.
+    /// Take a free lease in `expected`, starting a new term.
     Claim {
         expected: i64,
     },
@@ -156,8 +159,10 @@ pub(crate) enum Statement {
 /// A statement's answer.
 #[derive(Debug)]
 pub(crate) enum Reply {
-    /// Renew, reacquire, claim, accept, release: whether the row changed.
+    /// Renew, accept, release: whether the row changed.
     Done(bool),
+    /// Claim, reacquire: the term started (`None`: the row did not change).
+    Started(Option<i64>),
     Row(Option<LeaseRow>),
     RowEnsured,
     /// Whether the status was made durable in time.

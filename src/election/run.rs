@@ -142,10 +142,10 @@ async fn execute<S: LeaseStore>(
         ),
         Statement::Read => Reply::Row(store.get(name).await?),
         Statement::Reacquire { term } => {
-            Reply::Done(store.reacquire(&settings.lease(token, term)).await?)
+            Reply::Started(store.reacquire(&settings.lease(token, term)).await?)
         }
         Statement::Claim { expected } => {
-            Reply::Done(store.claim(&settings.lease(token, expected)).await?)
+            Reply::Started(store.claim(&settings.lease(token, expected)).await?)
         }
         Statement::AcceptHandover { term } => {
             Reply::Done(store.accept_handover(name, me, term).await?)

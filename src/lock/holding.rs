@@ -23,11 +23,11 @@ impl<S: LeaseStore> LeaseStore for HoldingStore<S> {
         self.inner.ensure_row(name).await
     }
 
-    async fn claim(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+    async fn claim(&mut self, lease: &Lease) -> Result<Option<i64>, StoreError> {
         self.inner.claim(lease).await
     }
 
-    async fn reacquire(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+    async fn reacquire(&mut self, lease: &Lease) -> Result<Option<i64>, StoreError> {
         self.inner.reacquire(lease).await
     }
 

@@ -232,12 +232,12 @@ impl LeaseStore for SimStore {
         .await
     }
 
-    async fn claim(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+    async fn claim(&mut self, lease: &Lease) -> Result<Option<i64>, StoreError> {
         let lease = lease.clone();
         self.statement(format!("claim {}", lease.term), true, move |db, now| {
             let before = db.table.lease_row(&lease.name, now);
             let claimed = db.table.claim(now, &lease);
-            if claimed {
+            if claimed.is_some() {
                 judge_new_term(db, before, &lease.holder, None);
             }
             claimed
@@ -245,12 +245,12 @@ impl LeaseStore for SimStore {
         .await
     }
 
-    async fn reacquire(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+    async fn reacquire(&mut self, lease: &Lease) -> Result<Option<i64>, StoreError> {
         let lease = lease.clone();
         self.statement(format!("reacquire {}", lease.term), true, move |db, now| {
             let before = db.table.lease_row(&lease.name, now);
             let reacquired = db.table.reacquire(now, &lease);
-            if reacquired {
+            if reacquired.is_some() {
                 judge_new_term(db, before, &lease.holder, Some(lease.term));
             }
             reacquired

@@ -18,7 +18,7 @@ pub struct LeaseRow {
     /// The database clock minus this host's wall clock, in microseconds, estimated at the
     /// middle of the read (`None` where it cannot be measured).
     pub clock_offset_us: Option<i64>,
-    /// Which process started the current term (see [`ProcessToken::for_term`]); `None`
+    /// Which process started the current term (see [`LeaseRow::started_by`]); `None`
     /// until a node that writes it starts a term (older versions do not).
     pub term_token: Option<i64>,
     /// Since the current term started, by the database clock; `None` for a term started
@@ -145,9 +145,14 @@ impl LeaseRow {
     }
 
     /// Whether the process with `token` started the current term. The holder id alone
-    /// cannot tell: another process may run with the same node id.
+    /// cannot tell: another process may run with the same node id. The token is bound to
+    /// the term by `taken_term`, which every statement that starts a term writes with it
+    /// (`held_for` is known only while `taken_term` is the row's term): a node of an older
+    /// version that starts a term without writing either leaves a token that does not count.
+    /// (Versions before `taken_term` wrote the token xor-ed with the term, which no token
+    /// of this version matches but by a 2^-64 chance.)
     pub fn started_by(&self, token: ProcessToken) -> bool {
-        self.term_token == Some(token.for_term(self.term))
+        self.term_token == Some(token.value()) && self.held_for.is_some()
     }
 
     /// Whether `node`, which held the row in `term`, could start the next term on it now
@@ -197,10 +202,9 @@ impl ProcessToken {
         ProcessToken(rng.random())
     }
 
-    /// What a claim or reacquire by this process writes into the row for the term it
-    /// starts. Bound to the term: a node of a version without the column starts the next
-    /// term without touching it, and the value left behind never matches that term.
-    pub fn for_term(self, term: i64) -> i64 {
-        self.0 ^ term
+    /// What a claim or reacquire by this process writes into the row's `term_token` (see
+    /// [`LeaseRow::started_by`]).
+    pub fn value(self) -> i64 {
+        self.0
     }
 }

@@ -16,13 +16,21 @@ pub trait LeaseStore: Send {
     ) -> impl Future<Output = Result<Option<LeaseRow>, StoreError>> + Send;
     /// Creates the row of `name`, unheld, if missing. Never grants anything.
     fn ensure_row(&mut self, name: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Takes a released or lapsed lease whose term is still `lease.term`; the new term is
-    /// `lease.term + 1`, marked with `lease.token` (see [`LeaseRow::started_by`]).
-    fn claim(&mut self, lease: &Lease) -> impl Future<Output = Result<bool, StoreError>> + Send;
-    /// Starts term `lease.term + 1`, marked with `lease.token`, on a row that
-    /// `lease.holder` still holds in `lease.term`.
-    fn reacquire(&mut self, lease: &Lease)
-    -> impl Future<Output = Result<bool, StoreError>> + Send;
+    /// Takes a released or lapsed lease whose term is still `lease.term`, and starts a new
+    /// term, marked with `lease.token` (see [`LeaseRow::started_by`]); the term it started
+    /// (`None`: it took nothing). A new term is above the last, and no lower than the
+    /// database clock in microseconds since 1970, so that a term lost with its commit is
+    /// never started again.
+    fn claim(
+        &mut self,
+        lease: &Lease,
+    ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
+    /// Starts a new term, as a claim does, on a row that `lease.holder` still holds in
+    /// `lease.term`; the term it started.
+    fn reacquire(
+        &mut self,
+        lease: &Lease,
+    ) -> impl Future<Output = Result<Option<i64>, StoreError>> + Send;
     /// Extends the holder's lease in its term by `lease.ttl` if it is still live (and no
     /// command this renewal has not seen is pending: see [`LeaseStore::renew_seeing`]).
     fn renew(&mut self, lease: &Lease) -> impl Future<Output = Result<bool, StoreError>> + Send {

@@ -49,11 +49,11 @@ impl LeaseStore for SharedStore {
         self.pick().lock().await.ensure_row(name).await
     }
 
-    async fn claim(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+    async fn claim(&mut self, lease: &Lease) -> Result<Option<i64>, StoreError> {
         self.pick().lock().await.claim(lease).await
     }
 
-    async fn reacquire(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+    async fn reacquire(&mut self, lease: &Lease) -> Result<Option<i64>, StoreError> {
         self.pick().lock().await.reacquire(lease).await
     }
 

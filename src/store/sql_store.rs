@@ -71,9 +71,14 @@ impl SqlStore {
         self
     }
 
+    /// [`SqlStore::note`] for a statement that starts a term.
+    fn note_started(&self, lease: &Lease, answer: &Result<Option<i64>, StoreError>) {
+        self.note(lease, &answer.as_ref().map(Option::is_some).map_err(|_| ()));
+    }
+
     /// Tells the side lock of the lease's row whether this node holds it, after a write's
     /// answer.
-    fn note(&self, lease: &Lease, answer: &Result<bool, StoreError>) {
+    fn note<E>(&self, lease: &Lease, answer: &Result<bool, E>) {
         match answer {
             Ok(true) => self.wakeups.leading(&lease.name, Some(&lease.holder)),
             Ok(false) => self.wakeups.leading(&lease.name, None),
@@ -219,7 +224,7 @@ impl LeaseStore for SqlStore {
         .await
     }
 
-    async fn claim(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+    async fn claim(&mut self, lease: &Lease) -> Result<Option<i64>, StoreError> {
         let owned = lease.clone();
         debug!(election = %lease.name, expected_term = lease.term, "claim sent");
         let answer = self
@@ -229,21 +234,21 @@ impl LeaseStore for SqlStore {
             .await;
         debug!(
             election = %lease.name,
-            taken = matches!(answer, Ok(true)),
+            taken = ?answer.as_ref().ok().copied().flatten(),
             "claim answered"
         );
-        self.note(lease, &answer);
+        self.note_started(lease, &answer);
         answer
     }
 
-    async fn reacquire(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+    async fn reacquire(&mut self, lease: &Lease) -> Result<Option<i64>, StoreError> {
         let owned = lease.clone();
         let answer = self
             .run(Opening::PrepareHandover, move |c| {
                 Box::pin(async move { c.reacquire(&owned).await })
             })
             .await;
-        self.note(lease, &answer);
+        self.note_started(lease, &answer);
         answer
     }
 

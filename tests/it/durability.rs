@@ -66,10 +66,10 @@ async fn postgres_claims_commit_synchronously_where_the_database_says_off() {
         .unwrap();
     // One process: its reacquire marks the term with the claim's token.
     let a = lease("e", "a", TTL, 0);
-    assert!(store.claim(&a).await.unwrap());
-    assert!(store.renew(&a.in_term(1)).await.unwrap());
-    assert!(store.reacquire(&a.in_term(1)).await.unwrap());
-    assert!(store.release(&a.in_term(2)).await.unwrap());
+    let t1 = store.claim(&a).await.unwrap().unwrap();
+    assert!(store.renew(&a.in_term(t1)).await.unwrap());
+    let t2 = store.reacquire(&a.in_term(t1)).await.unwrap().unwrap();
+    assert!(store.release(&a.in_term(t2)).await.unwrap());
     let noted: Vec<Noted> =
         diesel::sql_query("SELECT term, holder, setting FROM noted ORDER BY at")
             .load(&mut admin)
@@ -82,10 +82,10 @@ async fn postgres_claims_commit_synchronously_where_the_database_says_off() {
     assert_eq!(
         noted,
         [
-            (1, Some("a"), "on"),  // the claim
-            (1, Some("a"), "off"), // the renewal: the database's setting
-            (2, Some("a"), "on"),  // the reacquire
-            (2, None, "off"),      // the release
+            (t1, Some("a"), "on"),  // the claim
+            (t1, Some("a"), "off"), // the renewal: the database's setting
+            (t2, Some("a"), "on"),  // the reacquire
+            (t2, None, "off"),      // the release
         ]
     );
 }

@@ -135,15 +135,14 @@ async fn measure_round_trips_through_pgbouncer() {
         let name = common::unique("rt");
         let token = ProcessToken::random();
         store.ensure_row(&name).await.unwrap();
-        assert!(
-            store
-                .claim(&Lease {
-                    token,
-                    ..lease(&name, "me", Duration::from_secs(60), 0)
-                })
-                .await
-                .unwrap()
-        );
+        let term = store
+            .claim(&Lease {
+                token,
+                ..lease(&name, "me", Duration::from_secs(60), 0)
+            })
+            .await
+            .unwrap()
+            .expect("the free row is taken");
         let (mut reads, mut renews) = (Vec::new(), Vec::new());
         for _ in 0..200 {
             let t = Instant::now();
@@ -152,7 +151,7 @@ async fn measure_round_trips_through_pgbouncer() {
             let t = Instant::now();
             assert!(
                 store
-                    .renew(&lease(&name, "me", Duration::from_secs(60), 1))
+                    .renew(&lease(&name, "me", Duration::from_secs(60), term))
                     .await
                     .unwrap()
             );

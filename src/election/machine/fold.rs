@@ -203,15 +203,16 @@ impl Machine {
                     State::Following { in_doubt, .. } => (None, in_doubt),
                     _ => (None, None),
                 };
-                // The row's term is ours if this node led in it, or if it is the term a
-                // claim or reacquire of ours may have started (its answer was lost) and the
-                // row shows this election's token for it: the node id alone cannot tell,
-                // another process may run with the same one. Both are checked against the
-                // row, so the in-doubt term wins over the one led before.
+                // The row's term is ours if this node led in it, or if a claim or
+                // reacquire of ours on top of an earlier term may have started it (its
+                // answer was lost) and the row shows this election's token for it: the node
+                // id alone cannot tell, another process may run with the same one. Both are
+                // checked against the row, so the in-doubt term wins over the one led before.
                 let ours = row.as_ref().filter(|r| {
                     r.holder.as_deref() == Some(me)
                         && (held == Some(r.term)
-                            || (in_doubt == Some(r.term) && r.started_by(self.token)))
+                            || (in_doubt.is_some_and(|below| r.term > below)
+                                && r.started_by(self.token)))
                 });
                 self.state = match ours {
                     Some(r) => State::Lapsed {

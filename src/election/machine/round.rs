@@ -40,7 +40,7 @@ pub(in crate::election) enum Awaiting {
         term: i64,
         round_trip: Duration,
     },
-    /// A lapsed leader starting `term + 1` on its own row.
+    /// A lapsed leader starting a new term on its own row, held in `term`.
     Reacquire {
         term: i64,
     },
@@ -81,8 +81,8 @@ pub(super) enum Outcome {
     NotHeld,
 }
 
-/// A failed round, with the term it may have started: a claim whose answer was lost may
-/// still have committed.
+/// A failed round, with the term on top of which it may have started one: a claim whose
+/// answer was lost may still have committed.
 #[derive(Debug)]
 pub(super) struct RoundError {
     pub(super) error: StoreError,
@@ -100,19 +100,17 @@ impl Awaiting {
         let started = round.map(|round| round.started)?;
         match (self, answer) {
             (Awaiting::Renewal { term, .. }, Ok(Reply::Done(true))) => Some((*term, started)),
-            (Awaiting::Reacquire { term }, Ok(Reply::Done(true))) => Some((term + 1, started)),
-            (Awaiting::Claim { expected, sent, .. }, Ok(Reply::Done(true))) => {
-                Some((expected + 1, *sent))
-            }
+            (Awaiting::Reacquire { .. }, Ok(Reply::Started(Some(term)))) => Some((term, started)),
+            (Awaiting::Claim { sent, .. }, Ok(Reply::Started(Some(term)))) => Some((term, *sent)),
             _ => None,
         }
     }
 
-    /// The term a failed statement may have started.
+    /// The term on top of which a failed statement may have started one.
     fn in_doubt(&self) -> Option<i64> {
         match self {
-            Awaiting::Reacquire { term, .. } => Some(term + 1),
-            Awaiting::Claim { expected, .. } => Some(expected + 1),
+            Awaiting::Reacquire { term, .. } => Some(*term),
+            Awaiting::Claim { expected, .. } => Some(*expected),
             _ => None,
         }
     }
@@ -248,26 +246,20 @@ impl Machine {
                 };
                 return self.send_next(round, next, Statement::Renew { term, seen }, actions);
             }
-            (Awaiting::Reacquire { term, .. }, Reply::Done(true)) => (
+            (Awaiting::Reacquire { .. }, Reply::Started(Some(term))) => (
                 Outcome::Holding {
-                    term: term + 1,
+                    term,
                     sent: round.started,
                 },
                 elapsed,
             ),
             (
                 Awaiting::Claim {
-                    expected,
-                    sent,
-                    round_trip,
-                    ..
+                    sent, round_trip, ..
                 },
-                Reply::Done(true),
+                Reply::Started(Some(term)),
             ) => (
-                Outcome::Holding {
-                    term: expected + 1,
-                    sent,
-                },
+                Outcome::Holding { term, sent },
                 round_trip.unwrap_or(elapsed),
             ),
             // Another node was faster; see who.
@@ -276,12 +268,12 @@ impl Machine {
                     round_trip: Some(round_trip),
                     ..
                 },
-                Reply::Done(false),
+                Reply::Started(None),
             ) => {
                 let next = Awaiting::Winner { round_trip };
                 return self.send_next(round, next, Statement::Read, actions);
             }
-            (Awaiting::Reacquire { .. } | Awaiting::Claim { .. }, Reply::Done(false)) => {
+            (Awaiting::Reacquire { .. } | Awaiting::Claim { .. }, Reply::Started(None)) => {
                 return self.send_next(round, Awaiting::Read, Statement::Read, actions);
             }
             (Awaiting::Read, Reply::Row(row)) => {

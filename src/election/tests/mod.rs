@@ -141,10 +141,14 @@ async fn until(
 }
 
 /// Creates the row and takes it in term 1 for "ghost", a holder that never renews.
-async fn ghost_holds_term_one(table: &MemoryStore) {
+async fn ghost_holds_a_term(table: &MemoryStore) -> i64 {
     let mut ghost = table.handle();
     ghost.ensure_row(ELECTION).await.unwrap();
-    assert!(ghost.claim(&lease("ghost", 0)).await.unwrap());
+    ghost
+        .claim(&lease("ghost", 0))
+        .await
+        .unwrap()
+        .expect("the ghost takes the free row")
 }
 
 /// `holder`'s lease on the election's row in `term`.

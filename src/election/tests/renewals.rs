@@ -13,7 +13,11 @@ async fn lone_node_leads_and_renews_in_one_term() {
     let status = a.status();
     assert_eq!(
         (status.role, status.term, status.leader.as_deref()),
-        (Role::Leader, Some(1), Some("a"))
+        (
+            Role::Leader,
+            Some(table.row(ELECTION).unwrap().term),
+            Some("a")
+        )
     );
     assert!(status.lease_deadline.unwrap() > Instant::now() + TTL - INTERVAL - STEP * 5);
 }
@@ -42,7 +46,8 @@ async fn three_nodes_elect_one_leader_and_agree_on_it() {
             "{} disagrees",
             node.id
         );
-        assert_eq!(status.term, Some(1), "{} disagrees on the term", node.id);
+        let term = table.row(ELECTION).unwrap().term;
+        assert_eq!(status.term, Some(term), "{} disagrees on the term", node.id);
     }
 }
 
@@ -54,6 +59,7 @@ async fn failing_renewals_demote_before_the_lease_lapses_and_a_follower_takes_ov
     let b = Node::start(&table, "b");
     run_checked(Duration::from_millis(2500), &table, &[&a, &b]).await;
     let last_renewal = Instant::now() - table.row(ELECTION).unwrap().age;
+    let a_term = a.status().term;
 
     a.faults(Faults {
         fail: true,
@@ -80,7 +86,7 @@ async fn failing_renewals_demote_before_the_lease_lapses_and_a_follower_takes_ov
         taken_after >= TTL && taken_after <= TTL + spread + STEP * 5,
         "taken over {taken_after:?} after the last renewal"
     );
-    assert_eq!(b.status().term, Some(2));
+    assert!(b.status().term > a_term);
 
     // a comes back as a follower of b.
     a.faults(Faults::default());

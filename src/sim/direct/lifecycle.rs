@@ -360,18 +360,18 @@ impl World {
             Statement::Renew { term, seen } => Reply::Done(table.renew(db_now, &lease(term), seen)),
             Statement::Read => Reply::Row(before.clone()),
             Statement::Reacquire { term } => {
-                let done = table.reacquire(db_now, &lease(term));
-                if done {
+                let started = table.reacquire(db_now, &lease(term));
+                if started.is_some() {
                     judge_new_term(&mut self.db, before, me, Some(term));
                 }
-                Reply::Done(done)
+                Reply::Started(started)
             }
             Statement::Claim { expected } => {
-                let done = table.claim(db_now, &lease(expected));
-                if done {
+                let started = table.claim(db_now, &lease(expected));
+                if started.is_some() {
                     judge_new_term(&mut self.db, before, me, None);
                 }
-                Reply::Done(done)
+                Reply::Started(started)
             }
             Statement::AcceptHandover { term } => {
                 Reply::Done(table.accept_handover(db_now, ELECTION, me, term))

@@ -40,21 +40,30 @@ pub(in crate::store) struct Dialect {
     /// (name): create the row, unheld, if it does not exist. Its row count means nothing:
     /// leadership is only ever taken by `claim`.
     pub(in crate::store) ensure_row: &'static str,
-    /// (holder, term_token, lease_ms, name, expected_term, holder): take a released or
-    /// lapsed lease, unless paused or handed over to another node; clears the handover.
+    /// (holder, term_token, lease_ms, name, expected_term, holder) -> term: take a released
+    /// or lapsed lease, unless paused or handed over to another node; clears the handover.
+    /// Answers the term it started (no row: it took nothing; MySQL, which has no
+    /// `UPDATE .. RETURNING`, answers through [`Dialect::started_term`]).
     /// It and the reacquire write when the term started (`taken_at`, `taken_term`), which
-    /// renewals, holds and releases keep.
+    /// renewals, holds and releases keep, and the process token unchanged (`term_token`:
+    /// [`LeaseRow::started_by`](crate::store::LeaseRow::started_by) binds it to the term
+    /// through `taken_term`).
+    /// The term it starts is the next one, or the database clock in microseconds since
+    /// 1970 if that is higher (`GREATEST(term + 1, clock)`): a term acknowledged and then
+    /// lost with its commit (an asynchronous standby promoted without it) is not started
+    /// again, since the next claim on the promoted standby reads a later clock. One clock
+    /// reading serves both `term` and `taken_term` (the statement's start).
     /// Its commit, and a reacquire's, must outlive a crash of the server: a term lost
     /// after it was acknowledged can be handed out again. On PostgreSQL both set
     /// `synchronous_commit` on for their own transaction, whatever the server, database
     /// or role says, so that they wait for the WAL flush and, under synchronous
     /// replication, for the synchronous standby. On SQLite they are synced
-    /// (`DbConnection::write_synced`); MySQL's settings are the server's, and a node warns
+    /// (`DbConnection::start_term`); MySQL's settings are the server's, and a node warns
     /// once when they let a commit be lost (`innodb_flush_log_at_trx_commit`, `sync_binlog`).
     pub(in crate::store) claim: &'static str,
-    /// (term_token, lease_ms, name, holder, term, holder): start a new term on a row this
-    /// process still holds, unless asked to resign it, handed over to another node, or
-    /// paused with the lease lapsed.
+    /// (term_token, lease_ms, name, holder, term, holder) -> term: start a new term on a row
+    /// this process still holds, unless asked to resign it, handed over to another node, or
+    /// paused with the lease lapsed. Its term, its answer and its commit are a claim's.
     pub(in crate::store) reacquire: &'static str,
     /// (lease_ms, name, holder, term, resign_seen, paused_seen): extend a live lease of
     /// ours, if the commands pending on the row are the ones the leader has seen (0 or 1
@@ -88,6 +97,9 @@ pub(in crate::store) struct Dialect {
     /// `to` claim for two of its lease lengths, without asking `to` (`handover --force`,
     /// and a candidate that preempts, being `to` itself).
     pub(in crate::store) handover: &'static str,
+    /// () -> term on MySQL: the term the claim or reacquire just run on this connection
+    /// started (its `LAST_INSERT_ID(..)`). `None` where the claim answers the term itself.
+    pub(in crate::store) started_term: Option<&'static str>,
     /// (name) on PostgreSQL: wakes every node that LISTENs (a command is pending).
     pub(in crate::store) wake: Option<&'static str>,
     /// (election, node_id, candidate, priority, version, host, standing, fresh): a node

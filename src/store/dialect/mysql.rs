@@ -3,7 +3,9 @@
 use super::Dialect;
 
 // MySQL applies SET assignments left to right, so `term` comes first while it still reads
-// the old value (and `taken_term = term` after it reads the new one). NOW(6) is the
+// the old value (and `taken_term = term` after it reads the new one). The new term is also
+// kept as the connection's LAST_INSERT_ID, which `started_term` reads back (no
+// `UPDATE .. RETURNING` here). NOW(6) is the
 // statement's start: a statement that waited for a row lock judges expiry by an earlier
 // instant, which only errs towards "still live". It would also
 // write that earlier instant: a renewal whose connection was reset while it waited for the
@@ -46,7 +48,8 @@ pub(in crate::store) const MYSQL: Dialect = Dialect {
         "INSERT IGNORE INTO service_leader_lock (name, container_id, `timestamp`, term, lease_ms)
                  VALUES (?, NULL, NOW(6), 0, 0)",
     claim: "UPDATE service_leader_lock
-            SET term = term + 1, container_id = ?, term_token = ?, `timestamp` = NOW(6), lease_ms = ?,
+            SET term = LAST_INSERT_ID(GREATEST(term + 1, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED))),
+                container_id = ?, term_token = ?, `timestamp` = NOW(6), lease_ms = ?,
                 handover_to = NULL, handover_until = NULL, resign_term = NULL,
                 taken_at = NOW(6), taken_term = term
             WHERE name = ? AND term = ?
@@ -55,7 +58,8 @@ pub(in crate::store) const MYSQL: Dialect = Dialect {
               AND (paused_until IS NULL OR paused_until <= NOW(6))
               AND (handover_to IS NULL OR handover_until <= NOW(6) OR handover_to = ?)",
     reacquire: "UPDATE service_leader_lock
-                SET term = term + 1, term_token = ?, `timestamp` = NOW(6), lease_ms = ?,
+                SET term = LAST_INSERT_ID(GREATEST(term + 1, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED))),
+                    term_token = ?, `timestamp` = NOW(6), lease_ms = ?,
                     handover_to = NULL, handover_until = NULL, resign_term = NULL,
                     taken_at = NOW(6), taken_term = term
                 WHERE name = ? AND container_id = ? AND term = ?
@@ -102,6 +106,7 @@ pub(in crate::store) const MYSQL: Dialect = Dialect {
                  AND (resign_term IS NULL OR resign_term <> term)
                  AND (handover_to IS NULL OR handover_until <= NOW(6))
                  AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)",
+    started_term: Some("SELECT CAST(LAST_INSERT_ID() AS SIGNED) AS term"),
     wake: None,
     record_member: "INSERT INTO leaderd_member
                         (election, node_id, candidate, priority, version, host, standing,

@@ -29,35 +29,41 @@ pub(in crate::store) const POSTGRES: Dialect = Dialect {
     // which waits for more (see `Dialect::claim`).
     claim: r#"WITH claimed AS (
                   UPDATE service_leader_lock
-                  SET term = term + 1, container_id = ?, term_token = ?, "timestamp" = clock_timestamp(),
+                  SET term = GREATEST(term + 1, (EXTRACT(EPOCH FROM statement_timestamp()) * 1000000)::BIGINT),
+                      container_id = ?, term_token = ?, "timestamp" = clock_timestamp(),
                       lease_ms = ?, handover_to = NULL, handover_until = NULL, resign_term = NULL,
-                      taken_at = clock_timestamp(), taken_term = term + 1
+                      taken_at = clock_timestamp(),
+                      taken_term = GREATEST(term + 1, (EXTRACT(EPOCH FROM statement_timestamp()) * 1000000)::BIGINT)
                   WHERE name = ? AND term = ?
                     AND (container_id IS NULL
                          OR "timestamp" + lease_ms * INTERVAL '1 millisecond' <= clock_timestamp())
                     AND (paused_until IS NULL OR paused_until <= clock_timestamp())
                     AND (handover_to IS NULL OR handover_until <= clock_timestamp() OR handover_to = ?)
-                  RETURNING name)
-              SELECT set_config('synchronous_commit',
+                  RETURNING term)
+              SELECT term,
+                     set_config('synchronous_commit',
                                 CASE current_setting('synchronous_commit')
                                 WHEN 'remote_apply' THEN 'remote_apply' ELSE 'on' END,
-                                true)
+                                true) AS synchronous_commit
               FROM claimed"#,
     reacquire: r#"WITH reacquired AS (
                       UPDATE service_leader_lock
-                      SET term = term + 1, term_token = ?, "timestamp" = clock_timestamp(), lease_ms = ?,
+                      SET term = GREATEST(term + 1, (EXTRACT(EPOCH FROM statement_timestamp()) * 1000000)::BIGINT),
+                          term_token = ?, "timestamp" = clock_timestamp(), lease_ms = ?,
                           handover_to = NULL, handover_until = NULL, resign_term = NULL,
-                          taken_at = clock_timestamp(), taken_term = term + 1
+                          taken_at = clock_timestamp(),
+                          taken_term = GREATEST(term + 1, (EXTRACT(EPOCH FROM statement_timestamp()) * 1000000)::BIGINT)
                       WHERE name = ? AND container_id = ? AND term = ?
                         AND (resign_term IS NULL OR resign_term <> term)
                         AND (handover_to IS NULL OR handover_until <= clock_timestamp() OR handover_to = ?)
                         AND (paused_until IS NULL OR paused_until <= clock_timestamp()
                              OR "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp())
-                      RETURNING name)
-                  SELECT set_config('synchronous_commit',
+                      RETURNING term)
+                  SELECT term,
+                         set_config('synchronous_commit',
                                     CASE current_setting('synchronous_commit')
                                     WHEN 'remote_apply' THEN 'remote_apply' ELSE 'on' END,
-                                    true)
+                                    true) AS synchronous_commit
                   FROM reacquired"#,
     renew: r#"UPDATE service_leader_lock
               SET "timestamp" = clock_timestamp(), lease_ms = ?
@@ -110,6 +116,7 @@ pub(in crate::store) const POSTGRES: Dialect = Dialect {
                    AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()"#,
     // The release's channel: a hint to run a round now (notify.rs), which the leader
     // also heeds, so it sees the command at once.
+    started_term: None,
     wake: Some("SELECT pg_notify('leaderd_release', ?)"),
     record_member: r#"INSERT INTO leaderd_member
                           (election, node_id, candidate, priority, version, host, standing,

@@ -7,7 +7,7 @@ use super::Dialect;
 // only write lock (after any busy wait): writes take turns, so a later one never stores an
 // earlier time.
 /// SQLite: a connection's commits do not wait for the disk (WAL mode), except those of
-/// a statement that starts a term (see `DbConnection::write_synced`).
+/// a statement that starts a term (see `DbConnection::start_term`).
 pub(in crate::store) const SQLITE_UNSYNCED: &str = "PRAGMA synchronous = NORMAL";
 /// SQLite: commits wait for the disk, for the statement about to run.
 pub(in crate::store) const SQLITE_SYNCED: &str = "PRAGMA synchronous = FULL";
@@ -32,27 +32,33 @@ pub(in crate::store) const SQLITE: Dialect = Dialect {
     ensure_row: r#"INSERT OR IGNORE INTO service_leader_lock (name, container_id, "timestamp", term, lease_ms)
                    VALUES (?, NULL, strftime('%Y-%m-%d %H:%M:%f', 'now'), 0, 0)"#,
     claim: r#"UPDATE service_leader_lock
-              SET term = term + 1, container_id = ?, term_token = ?,
+              SET term = max(term + 1, CAST(unixepoch('subsec') * 1000000 AS INTEGER)),
+                  container_id = ?, term_token = ?,
                   "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?,
                   handover_to = NULL, handover_until = NULL, resign_term = NULL,
-                  taken_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), taken_term = term + 1
+                  taken_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+                  taken_term = max(term + 1, CAST(unixepoch('subsec') * 1000000 AS INTEGER))
               WHERE name = ? AND term = ?
                 AND (container_id IS NULL
                      OR (julianday('now') - julianday("timestamp")) * 86400000.0 >= lease_ms)
                 AND (paused_until IS NULL OR julianday(paused_until) <= julianday('now'))
                 AND (handover_to IS NULL OR julianday(handover_until) <= julianday('now')
-                     OR handover_to = ?)"#,
+                     OR handover_to = ?)
+              RETURNING term"#,
     reacquire: r#"UPDATE service_leader_lock
-                  SET term = term + 1, term_token = ?,
+                  SET term = max(term + 1, CAST(unixepoch('subsec') * 1000000 AS INTEGER)),
+                      term_token = ?,
                       "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?,
                       handover_to = NULL, handover_until = NULL, resign_term = NULL,
-                      taken_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), taken_term = term + 1
+                      taken_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
+                  taken_term = max(term + 1, CAST(unixepoch('subsec') * 1000000 AS INTEGER))
                   WHERE name = ? AND container_id = ? AND term = ?
                     AND (resign_term IS NULL OR resign_term <> term)
                     AND (handover_to IS NULL OR julianday(handover_until) <= julianday('now')
                          OR handover_to = ?)
                     AND (paused_until IS NULL OR julianday(paused_until) <= julianday('now')
-                         OR (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms)"#,
+                         OR (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms)
+                  RETURNING term"#,
     renew: r#"UPDATE service_leader_lock
               SET "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?
               WHERE name = ? AND container_id = ? AND term = ?
@@ -95,6 +101,7 @@ pub(in crate::store) const SQLITE: Dialect = Dialect {
                    AND (resign_term IS NULL OR resign_term <> term)
                    AND (handover_to IS NULL OR julianday(handover_until) <= julianday('now'))
                    AND (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms"#,
+    started_term: None,
     wake: None,
     record_member: r#"INSERT INTO leaderd_member
                           (election, node_id, candidate, priority, version, host, standing,

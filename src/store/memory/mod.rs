@@ -58,8 +58,14 @@ pub struct MemoryStore {
 
 impl Default for MemoryStore {
     fn default() -> Self {
+        // Its database clock is the wall clock now (the term floor of a claim follows it).
+        let mut table = Table::default();
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_micros() as i64);
+        table.set_clock(Instant::now(), wall);
         MemoryStore {
-            table: Arc::default(),
+            table: Arc::new(Mutex::new(table)),
             releases: tokio::sync::broadcast::channel(16).0,
             notifies: true,
             listeners: Arc::default(),
@@ -218,13 +224,13 @@ impl LeaseStore for MemoryStore {
             .await
     }
 
-    async fn claim(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+    async fn claim(&mut self, lease: &Lease) -> Result<Option<i64>, StoreError> {
         let lease = lease.clone();
         self.with_table("claim", move |table, now| table.claim(now, &lease))
             .await
     }
 
-    async fn reacquire(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+    async fn reacquire(&mut self, lease: &Lease) -> Result<Option<i64>, StoreError> {
         let lease = lease.clone();
         self.with_table("reacquire", move |table, now| table.reacquire(now, &lease))
             .await

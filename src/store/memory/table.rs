@@ -67,17 +67,19 @@ impl Row {
         self.term == lease.term && self.holder.as_deref() == Some(lease.holder.as_str())
     }
 
-    /// What a new term starts with: the commands of the old one are done.
-    fn start_term(&mut self, lease: &Lease, now: Instant) {
-        self.term += 1;
+    /// What a new term starts with: the commands of the old one are done. The term is the
+    /// next one, or the clock in microseconds if that is higher (`GREATEST(term + 1, ..)`).
+    fn start_term(&mut self, lease: &Lease, now: Instant, clock_us: i64) -> i64 {
+        self.term = (self.term + 1).max(clock_us);
         self.holder = Some(lease.holder.clone());
-        self.term_token = Some(lease.token.for_term(self.term));
+        self.term_token = Some(lease.token.value());
         self.lease = lease.ttl;
         self.renewed_at = now;
         self.taken_at = Some(now);
         self.handover_to = None;
         self.handover_until = None;
         self.resign_term = None;
+        self.term
     }
 
     fn to_lease_row(&self, now: Instant) -> LeaseRow {
@@ -119,14 +121,35 @@ struct MemberRow {
 
 /// The tables, statement by statement. Every method is one statement of `dialect/`, run
 /// at database time `now`, and answers what the SQL answers (for a write: whether it
-/// matched the row).
+/// matched the row; for a claim or reacquire, the term it started).
 #[derive(Debug, Default, Clone)]
 pub struct Table {
     rows: BTreeMap<String, Row>,
     members: BTreeMap<(String, String), MemberRow>,
+    /// What the database clock reads, in microseconds since 1970, at an instant: set by
+    /// [`Table::set_clock`], or at the first term started.
+    clock: Option<(Instant, i64)>,
 }
 
+/// What the clock of a table nobody set reads at the first term it starts (2023-11-14).
+const DEFAULT_CLOCK_US: i64 = 1_700_000_000_000_000;
+
 impl Table {
+    /// Says what the database clock reads at `at`, in microseconds since 1970 (the term
+    /// floor of [`Table::claim`] and [`Table::reacquire`] follows it from there).
+    pub fn set_clock(&mut self, at: Instant, unix_us: i64) {
+        self.clock = Some((at, unix_us));
+    }
+
+    /// The database clock at `now`, in microseconds since 1970.
+    pub fn clock_us(&mut self, now: Instant) -> i64 {
+        let (at, unix_us) = *self.clock.get_or_insert((now, DEFAULT_CLOCK_US));
+        match now.checked_duration_since(at) {
+            Some(after) => unix_us + after.as_micros() as i64,
+            None => unix_us - at.duration_since(now).as_micros() as i64,
+        }
+    }
+
     pub fn lease_row(&self, name: &str, now: Instant) -> Option<LeaseRow> {
         self.rows.get(name).map(|row| row.to_lease_row(now))
     }
@@ -138,8 +161,9 @@ impl Table {
     }
 
     /// Takes a released or lapsed lease in `lease.term`, unless paused or handed over to
-    /// another node.
-    pub fn claim(&mut self, now: Instant, lease: &Lease) -> bool {
+    /// another node; the term it started.
+    pub fn claim(&mut self, now: Instant, lease: &Lease) -> Option<i64> {
+        let clock_us = self.clock_us(now);
         match self.rows.get_mut(&lease.name) {
             Some(row)
                 if row.term == lease.term
@@ -147,16 +171,17 @@ impl Table {
                     && !row.paused(now)
                     && row.open_to(&lease.holder, now) =>
             {
-                row.start_term(lease, now);
-                true
+                Some(row.start_term(lease, now, clock_us))
             }
-            _ => false,
+            _ => None,
         }
     }
 
     /// Starts the next term on a row the holder still holds in `lease.term`, unless asked
-    /// to resign it, handed over to another node, or paused with the lease lapsed.
-    pub fn reacquire(&mut self, now: Instant, lease: &Lease) -> bool {
+    /// to resign it, handed over to another node, or paused with the lease lapsed; the
+    /// term it started.
+    pub fn reacquire(&mut self, now: Instant, lease: &Lease) -> Option<i64> {
+        let clock_us = self.clock_us(now);
         match self.rows.get_mut(&lease.name) {
             Some(row)
                 if row.held_by(lease)
@@ -164,10 +189,9 @@ impl Table {
                     && row.open_to(&lease.holder, now)
                     && (!row.paused(now) || row.live(now)) =>
             {
-                row.start_term(lease, now);
-                true
+                Some(row.start_term(lease, now, clock_us))
             }
-            _ => false,
+            _ => None,
         }
     }
 

@@ -2,7 +2,8 @@
 //! with its session limits, and running each operation of the lease as one of the
 //! dialect's statements (see `dialect/`, which holds their SQL). Applying the migrations
 //! is in `migrate.rs`; the operator commands, the members and `leaderd locks` in
-//! `control.rs`.
+//! `control.rs`; the MySQL server settings a claim's durability depends on in
+//! `durability.rs`.
 
 use diesel::QueryableByName;
 use diesel::connection::CacheSize;
@@ -11,13 +12,11 @@ use diesel_async::{
     AsyncConnection, AsyncMysqlConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection,
     sync_connection_wrapper::SyncConnectionWrapper,
 };
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::dialect::{
-    Dialect, MYSQL, MYSQL_DURABILITY, POSTGRES, Param, SQLITE, SQLITE_SYNCED, SQLITE_UNSYNCED,
-    Statement,
+    Dialect, MYSQL, POSTGRES, Param, SQLITE, SQLITE_SYNCED, SQLITE_UNSYNCED, Statement,
 };
 use super::pooler;
 use super::{Backend, DatabaseUrl};
@@ -25,7 +24,7 @@ use super::{Commands, Lease, LeaseRow, Pending, ProcessToken, StoreError};
 
 /// Sets a new SQLite connection up: how long a statement waits for another connection's
 /// lock, WAL mode, and commits that do not wait for the disk (see
-/// [`DbConnection::write_synced`]).
+/// [`DbConnection::start_term`]).
 ///
 /// Two connections that open a new database file at once (a node's election and its
 /// member record, at the node's first start) meet in the switch to WAL, where SQLite
@@ -115,7 +114,10 @@ macro_rules! on_connection {
 }
 
 mod control;
+mod durability;
 mod migrate;
+
+use durability::check_mysql_durability;
 
 /// Columns later migrations added, which a table migrated for an older version lacks.
 const ADDED_COLUMNS: [&str; 9] = [
@@ -144,58 +146,11 @@ fn missing_column(error: StoreError) -> StoreError {
     error
 }
 
+/// The term a claim or reacquire started.
 #[derive(QueryableByName)]
-struct MysqlDurability {
-    #[diesel(sql_type = Nullable<BigInt>)]
-    flush_log: Option<i64>,
-    #[diesel(sql_type = Nullable<BigInt>)]
-    sync_binlog: Option<i64>,
-    #[diesel(sql_type = Nullable<BigInt>)]
-    log_bin: Option<i64>,
-}
-
-/// Whether this process has read the MySQL server's durability settings yet.
-static MYSQL_DURABILITY_READ: AtomicBool = AtomicBool::new(false);
-
-/// Reads, on the first MySQL connection of the process, the server settings a claim's
-/// durability depends on, and warns once, naming them, when a commit acknowledged to a
-/// node can be lost in a crash: `innodb_flush_log_at_trx_commit` other than 1 (the redo
-/// log is written or flushed only about once a second), or `sync_binlog` other than 1
-/// with the binary log on (a replica or a Galera member can get a transaction the crashed
-/// server lost, or the reverse). Unlike PostgreSQL's `synchronous_commit`, neither can be
-/// set for one transaction: they are the server's. A lost claim can hand the same term
-/// out twice.
-async fn check_mysql_durability(conn: &mut AsyncMysqlConnection) {
-    if MYSQL_DURABILITY_READ.swap(true, Ordering::Relaxed) {
-        return;
-    }
-    let read: Result<Vec<MysqlDurability>, _> =
-        diesel::sql_query(MYSQL_DURABILITY).load(conn).await;
-    let Ok(Some(settings)) = read.map(|rows| rows.into_iter().next()) else {
-        debug!("could not read innodb_flush_log_at_trx_commit and sync_binlog");
-        return;
-    };
-    let mut lax = Vec::new();
-    if settings.flush_log != Some(1) {
-        lax.push(format!(
-            "innodb_flush_log_at_trx_commit = {}",
-            settings.flush_log.map_or("?".into(), |v| v.to_string())
-        ));
-    }
-    if settings.log_bin == Some(1) && settings.sync_binlog != Some(1) {
-        lax.push(format!(
-            "sync_binlog = {} (the binary log is on)",
-            settings.sync_binlog.map_or("?".into(), |v| v.to_string())
-        ));
-    }
-    if !lax.is_empty() {
-        warn!(
-            settings = %lax.join(", "),
-            "the MySQL server may lose a commit it acknowledged if it crashes: a claim lost \
-             that way can hand the same term out twice; set innodb_flush_log_at_trx_commit = 1 \
-             and sync_binlog = 1 on the server"
-        );
-    }
+struct StartedTerm {
+    #[diesel(sql_type = BigInt)]
+    term: i64,
 }
 
 /// PostgreSQL's bounds on a statement, its lock waits and an abandoned transaction, as
@@ -375,57 +330,82 @@ impl DbConnection {
         }))
     }
 
-    /// [`DbConnection::write`] for a statement that starts a term, which on SQLite waits
-    /// for the disk. SQLite connections otherwise commit without it (`synchronous =
-    /// NORMAL` in WAL mode): every contender runs on the database's own host, so a power
-    /// loss that undoes a renewal or a release ends them all with it, and nothing acted
-    /// on a belief the lost write made; but a term must not be handed out twice to
-    /// hooks that use it as a fencing token, so a claim is synced. Saves an fsync per
-    /// renewal and one on a handover's release.
-    async fn write_synced(
-        &mut self,
-        statement: fn(&Dialect) -> &'static str,
-        params: Vec<Param<'_>>,
-    ) -> Result<usize, StoreError> {
-        let DbConnection::Sqlite(conn) = self else {
-            return self.write(statement, params).await;
-        };
-        conn.batch_execute(SQLITE_SYNCED).await?;
-        let written = self.write(statement, params).await?;
-        if let DbConnection::Sqlite(conn) = self {
-            conn.batch_execute(SQLITE_UNSYNCED).await?;
-        }
-        Ok(written)
-    }
-
     pub async fn ensure_row(&mut self, name: &str) -> Result<(), StoreError> {
         self.write(|d| d.ensure_row, vec![Param::Text(name)])
             .await?;
         Ok(())
     }
 
-    pub async fn claim(&mut self, lease: &Lease) -> Result<bool, StoreError> {
-        let params = vec![
-            Param::Text(&lease.holder),
-            Param::BigInt(lease.token.for_term(lease.term + 1)),
-            Param::BigInt(ms(lease.ttl)),
-            Param::Text(&lease.name),
-            Param::BigInt(lease.term),
-            Param::Text(&lease.holder),
-        ];
-        Ok(self.write_synced(|d| d.claim, params).await? == 1)
+    /// Runs a statement that starts a term; the term it started, if it matched the row.
+    /// On SQLite it waits for the disk. SQLite connections otherwise commit without it
+    /// (`synchronous = NORMAL` in WAL mode): every contender runs on the database's own
+    /// host, so a power loss that undoes a renewal or a release ends them all with it, and
+    /// nothing acted on a belief the lost write made; but a term must not be handed out
+    /// twice to hooks that use it as a fencing token, so a claim is synced. Saves an fsync
+    /// per renewal and one on a handover's release.
+    async fn start_term(
+        &mut self,
+        statement: fn(&Dialect) -> &'static str,
+        params: Vec<Param<'_>>,
+    ) -> Result<Option<i64>, StoreError> {
+        if let DbConnection::Sqlite(conn) = self {
+            conn.batch_execute(SQLITE_SYNCED).await?;
+        }
+        let started = on_connection!(self, |c, d| match d.started_term {
+            None => Statement::new(statement(d), params)
+                .load::<StartedTerm>(c)
+                .await
+                .map_err(read_error)?
+                .into_iter()
+                .next()
+                .map(|started| started.term),
+            // No RETURNING: the statement kept its term as the connection's LAST_INSERT_ID.
+            Some(read_back) => {
+                let matched = Statement::new(statement(d), params)
+                    .execute(c)
+                    .await
+                    .map_err(read_error)?;
+                match matched {
+                    0 => None,
+                    _ => Some(
+                        Statement::new(read_back, Vec::new())
+                            .get_result::<StartedTerm>(c)
+                            .await?
+                            .term,
+                    ),
+                }
+            }
+        });
+        if let DbConnection::Sqlite(conn) = self {
+            conn.batch_execute(SQLITE_UNSYNCED).await?;
+        }
+        Ok(started)
     }
 
-    pub async fn reacquire(&mut self, lease: &Lease) -> Result<bool, StoreError> {
+    /// Takes a released or lapsed lease in `lease.term`; the term it started.
+    pub async fn claim(&mut self, lease: &Lease) -> Result<Option<i64>, StoreError> {
         let params = vec![
-            Param::BigInt(lease.token.for_term(lease.term + 1)),
+            Param::Text(&lease.holder),
+            Param::BigInt(lease.token.value()),
+            Param::BigInt(ms(lease.ttl)),
+            Param::Text(&lease.name),
+            Param::BigInt(lease.term),
+            Param::Text(&lease.holder),
+        ];
+        self.start_term(|d| d.claim, params).await
+    }
+
+    /// Starts the next term on a row the holder still holds in `lease.term`; that term.
+    pub async fn reacquire(&mut self, lease: &Lease) -> Result<Option<i64>, StoreError> {
+        let params = vec![
+            Param::BigInt(lease.token.value()),
             Param::BigInt(ms(lease.ttl)),
             Param::Text(&lease.name),
             Param::Text(&lease.holder),
             Param::BigInt(lease.term),
             Param::Text(&lease.holder),
         ];
-        Ok(self.write_synced(|d| d.reacquire, params).await? == 1)
+        self.start_term(|d| d.reacquire, params).await
     }
 
     pub async fn renew(&mut self, lease: &Lease, seen: Commands) -> Result<bool, StoreError> {

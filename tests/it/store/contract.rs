@@ -18,6 +18,22 @@ pub(super) trait Table {
     /// term token would (without writing it); false where no such node can write the
     /// table.
     fn start_term_as_old_version(&self, name: &str, holder: &str) -> impl Future<Output = bool>;
+    /// Puts `holder` on the row of `name` in `term`, its lease live, by hand (as an
+    /// operator, or a database whose clock ran ahead, might leave it).
+    fn set_term(&self, name: &str, holder: &str, term: i64) -> impl Future<Output = ()>;
+}
+
+/// The term a claim or reacquire that must take the row started.
+fn taken(answer: Result<Option<i64>, StoreError>) -> i64 {
+    answer.unwrap().expect("the statement takes the row")
+}
+
+/// This host's clock, in microseconds since 1970.
+fn unix_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64
 }
 
 /// Connecting ahead of the first operation, so that set-up time does not count.
@@ -39,6 +55,10 @@ impl Table for MemoryStore {
 
     async fn start_term_as_old_version(&self, _: &str, _: &str) -> bool {
         false
+    }
+
+    async fn set_term(&self, name: &str, holder: &str, term: i64) {
+        self.overwrite(name, holder, term, TTL);
     }
 }
 
@@ -64,18 +84,18 @@ pub(super) async fn claim_renew_release(db: impl Table) {
         "creating the row grants nothing"
     );
 
-    assert!(a.claim(&lease(name, "a", TTL, 0)).await.unwrap());
+    let t1 = taken(a.claim(&lease(name, "a", TTL, 0)).await);
     assert!(
-        !b.claim(&lease(name, "b", TTL, 0)).await.unwrap(),
+        b.claim(&lease(name, "b", TTL, 0)).await.unwrap().is_none(),
         "stale term"
     );
     assert!(
-        !b.claim(&lease(name, "b", TTL, 1)).await.unwrap(),
+        b.claim(&lease(name, "b", TTL, t1)).await.unwrap().is_none(),
         "live lease"
     );
-    assert!(a.renew(&lease(name, "a", TTL, 1)).await.unwrap());
+    assert!(a.renew(&lease(name, "a", TTL, t1)).await.unwrap());
     assert!(
-        !b.renew(&lease(name, "b", TTL, 1)).await.unwrap(),
+        !b.renew(&lease(name, "b", TTL, t1)).await.unwrap(),
         "not the holder"
     );
     assert!(
@@ -83,7 +103,7 @@ pub(super) async fn claim_renew_release(db: impl Table) {
         "wrong term"
     );
     let row = b.get(name).await.unwrap().unwrap();
-    assert_eq!((row.live_holder(), row.term), (Some("a"), 1));
+    assert_eq!((row.live_holder(), row.term), (Some("a"), t1));
     // The database runs on this host: its clock agrees with ours to well within 50 ms
     // (a time zone mix-up would be hours off).
     let offset = row
@@ -95,14 +115,14 @@ pub(super) async fn claim_renew_release(db: impl Table) {
         "{row:?}"
     );
 
-    assert!(!b.release(&lease(name, "b", TTL, 1)).await.unwrap());
-    assert!(a.release(&lease(name, "a", TTL, 1)).await.unwrap());
+    assert!(!b.release(&lease(name, "b", TTL, t1)).await.unwrap());
+    assert!(a.release(&lease(name, "a", TTL, t1)).await.unwrap());
     assert!(
-        !a.release(&lease(name, "a", TTL, 1)).await.unwrap(),
+        !a.release(&lease(name, "a", TTL, t1)).await.unwrap(),
         "released once"
     );
     assert!(
-        !a.renew(&lease(name, "a", TTL, 1)).await.unwrap(),
+        !a.renew(&lease(name, "a", TTL, t1)).await.unwrap(),
         "a released lease cannot be renewed"
     );
     let row = b.get(name).await.unwrap().unwrap();
@@ -110,11 +130,51 @@ pub(super) async fn claim_renew_release(db: impl Table) {
         (row.holder.as_deref(), row.remaining()),
         (None, Duration::ZERO)
     );
+    let t2 = b.claim(&lease(name, "b", TTL, t1)).await.unwrap();
+    assert!(t2 > Some(t1), "a released lease is free at once");
+    assert_eq!(Some(b.get(name).await.unwrap().unwrap().term), t2);
+}
+
+/// A new term is the one after the last, or the database clock in microseconds since 1970
+/// if that is higher: a term acknowledged and then lost with its commit (an asynchronous
+/// standby promoted without it) is not started again by the next claim, which reads a
+/// later clock. The claim and the reacquire answer the term they started.
+pub(super) async fn a_new_term_is_at_least_the_database_clock(db: impl Table) {
+    let mut s = store(&db);
+    s.connect().await.unwrap();
+    let name = "floor";
+    s.ensure_row(name).await.unwrap();
+    let row = s.get(name).await.unwrap().unwrap();
+    let offset = row
+        .clock_offset_us
+        .expect("a read measures the clock offset");
+    let before = unix_us() + offset;
+    let t1 = taken(s.claim(&lease(name, "a", TTL, 0)).await);
+    let after = unix_us() + offset;
+    // The database's clock and this host's agree to well within 50 ms here.
+    let slack = 50_000;
     assert!(
-        b.claim(&lease(name, "b", TTL, 1)).await.unwrap(),
-        "a released lease is free at once"
+        t1 >= before - slack && t1 <= after + slack,
+        "term {t1} started between {before} and {after} by the database clock"
     );
-    assert_eq!(b.get(name).await.unwrap().unwrap().term, 2);
+    assert_eq!(s.get(name).await.unwrap().unwrap().term, t1);
+    // Terms started in the same millisecond still grow.
+    let t2 = taken(s.reacquire(&lease(name, "a", TTL, t1)).await);
+    let t3 = taken(s.reacquire(&lease(name, "a", TTL, t2)).await);
+    assert!(t1 < t2 && t2 < t3, "{t1} {t2} {t3}");
+    // A term ahead of the clock (set by a server whose clock ran ahead): the next term is
+    // the one after it.
+    let ahead = after + 3_600_000_000;
+    db.set_term(name, "a", ahead).await;
+    assert_eq!(
+        taken(s.reacquire(&lease(name, "a", TTL, ahead)).await),
+        ahead + 1
+    );
+    s.release(&lease(name, "a", TTL, ahead + 1)).await.unwrap();
+    assert_eq!(
+        taken(s.claim(&lease(name, "b", TTL, ahead + 1)).await),
+        ahead + 2
+    );
 }
 
 pub(super) async fn leases_lapse_by_the_database_clock(db: impl Table) {
@@ -125,7 +185,7 @@ pub(super) async fn leases_lapse_by_the_database_clock(db: impl Table) {
     let short = Duration::from_millis(600);
     a.ensure_row(name).await.unwrap();
     let sent = Instant::now();
-    assert!(a.claim(&lease(name, "a", short, 0)).await.unwrap());
+    let t1 = taken(a.claim(&lease(name, "a", short, 0)).await);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let row = b.get(name).await.unwrap().unwrap();
     // Sub-second precision: whole-second timestamps would show 0 or 1000.
@@ -137,7 +197,7 @@ pub(super) async fn leases_lapse_by_the_database_clock(db: impl Table) {
         sent.elapsed()
     );
     assert!(
-        !b.claim(&lease(name, "b", TTL, 1)).await.unwrap(),
+        b.claim(&lease(name, "b", TTL, t1)).await.unwrap().is_none(),
         "still live before its lease ends"
     );
 
@@ -147,34 +207,37 @@ pub(super) async fn leases_lapse_by_the_database_clock(db: impl Table) {
     )
     .await;
     assert!(
-        !a.renew(&lease(name, "a", short, 1)).await.unwrap(),
+        !a.renew(&lease(name, "a", short, t1)).await.unwrap(),
         "a lapsed lease is not renewed"
     );
+    let t2 = b.claim(&lease(name, "b", TTL, t1)).await.unwrap();
+    assert!(t2 > Some(t1), "a lapsed lease can be taken");
+    let t2 = t2.unwrap();
     assert!(
-        b.claim(&lease(name, "b", TTL, 1)).await.unwrap(),
-        "a lapsed lease can be taken"
-    );
-    assert!(
-        !a.reacquire(&lease(name, "a", TTL, 1)).await.unwrap(),
+        a.reacquire(&lease(name, "a", TTL, t1))
+            .await
+            .unwrap()
+            .is_none(),
         "not ours any more"
     );
 
     // The holder of a row can start a new term on it while it still holds it.
-    assert!(b.reacquire(&lease(name, "b", TTL, 2)).await.unwrap());
-    assert_eq!(a.get(name).await.unwrap().unwrap().term, 3);
+    let t3 = b.reacquire(&lease(name, "b", TTL, t2)).await.unwrap();
+    assert!(t3 > Some(t2));
+    assert_eq!(Some(a.get(name).await.unwrap().unwrap().term), t3);
 }
 
 pub(super) async fn ids_are_compared_exactly(db: impl Table) {
     let mut s = store(&db);
     let name = "exact";
     s.ensure_row(name).await.unwrap();
-    assert!(s.claim(&lease(name, "node-a", TTL, 0)).await.unwrap());
+    let t1 = taken(s.claim(&lease(name, "node-a", TTL, 0)).await);
     assert!(
-        !s.renew(&lease(name, "Node-A", TTL, 1)).await.unwrap(),
+        !s.renew(&lease(name, "Node-A", TTL, t1)).await.unwrap(),
         "case-insensitive match"
     );
-    assert!(!s.release(&lease(name, "NODE-A", TTL, 1)).await.unwrap());
-    assert!(s.renew(&lease(name, "node-a", TTL, 1)).await.unwrap());
+    assert!(!s.release(&lease(name, "NODE-A", TTL, t1)).await.unwrap());
+    assert!(s.renew(&lease(name, "node-a", TTL, t1)).await.unwrap());
     // Election names, too.
     assert_eq!(s.get("EXACT").await.unwrap(), None);
 }
@@ -182,7 +245,8 @@ pub(super) async fn ids_are_compared_exactly(db: impl Table) {
 pub(super) async fn concurrent_claims_have_one_winner(db: impl Table) {
     let mut setup = store(&db);
     setup.ensure_row("race").await.unwrap();
-    for round in 0..5i64 {
+    let mut term = 0;
+    for round in 0..5 {
         let mut tasks = Vec::new();
         for i in 0..5 {
             let mut s = store(&db);
@@ -191,17 +255,19 @@ pub(super) async fn concurrent_claims_have_one_winner(db: impl Table) {
                     "race",
                     &format!("n{i}"),
                     Duration::from_millis(1),
-                    round,
+                    term,
                 ))
                 .await
                 .unwrap()
             }));
         }
-        let mut winners = 0;
+        let mut winners = Vec::new();
         for task in tasks {
-            winners += task.await.unwrap() as usize;
+            winners.extend(task.await.unwrap());
         }
-        assert_eq!(winners, 1, "round {round}");
+        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+        assert!(winners[0] > term);
+        term = winners[0];
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -218,7 +284,7 @@ pub(super) async fn a_release_notifies_where_the_backend_can_tell(db: impl Table
     };
     let mut other_name = waiter.release_notifications("other").unwrap();
     holder.ensure_row("notified").await.unwrap();
-    assert!(holder.claim(&lease("notified", "a", TTL, 0)).await.unwrap());
+    let t1 = taken(holder.claim(&lease("notified", "a", TTL, 0)).await);
     // A listener may wake once when it starts (a release may have come first), and a
     // waiter for a side lock finds it held within a second.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -230,7 +296,7 @@ pub(super) async fn a_release_notifies_where_the_backend_can_tell(db: impl Table
     let released_at = Instant::now();
     assert!(
         holder
-            .release(&lease("notified", "a", TTL, 1))
+            .release(&lease("notified", "a", TTL, t1))
             .await
             .unwrap()
     );
@@ -250,7 +316,7 @@ pub(super) async fn a_release_notifies_where_the_backend_can_tell(db: impl Table
     // A release that changed nothing tells nobody.
     assert!(
         !holder
-            .release(&lease("notified", "a", TTL, 1))
+            .release(&lease("notified", "a", TTL, t1))
             .await
             .unwrap()
     );
@@ -272,42 +338,39 @@ pub(super) async fn the_term_token_tells_which_process_started_the_term(db: impl
     assert_eq!(row.term_token, None, "no process started a term yet");
     assert!(!row.started_by(first));
 
-    assert!(
+    let t1 = taken(
         s.claim(&Lease {
             token: first,
             ..lease(name, "twin", TTL, 0)
         })
-        .await
-        .unwrap()
+        .await,
     );
     let row = s.get(name).await.unwrap().unwrap();
-    assert_eq!(row.term_token, Some(first.for_term(1)));
+    assert_eq!(row.term_token, Some(first.value()));
     assert!(row.started_by(first));
     assert!(
         !row.started_by(second),
         "the same node id in another process"
     );
-    assert!(s.renew(&lease(name, "twin", TTL, 1)).await.unwrap());
-    assert!(s.release(&lease(name, "twin", TTL, 1)).await.unwrap());
-    assert!(
+    assert!(s.renew(&lease(name, "twin", TTL, t1)).await.unwrap());
+    assert!(s.release(&lease(name, "twin", TTL, t1)).await.unwrap());
+    let t2 = taken(
         s.claim(&Lease {
             token: first,
-            ..lease(name, "twin", TTL, 1)
+            ..lease(name, "twin", TTL, t1)
         })
-        .await
-        .unwrap()
+        .await,
     );
     assert!(s.get(name).await.unwrap().unwrap().started_by(first));
-    assert!(
+    let t3 = taken(
         s.reacquire(&Lease {
             token: second,
-            ..lease(name, "twin", TTL, 2)
+            ..lease(name, "twin", TTL, t2)
         })
-        .await
-        .unwrap()
+        .await,
     );
     let row = s.get(name).await.unwrap().unwrap();
-    assert_eq!(row.term, 3);
+    assert_eq!(row.term, t3);
     assert!(row.started_by(second) && !row.started_by(first));
 
     if !db.start_term_as_old_version(name, "twin").await {
@@ -316,7 +379,7 @@ pub(super) async fn the_term_token_tells_which_process_started_the_term(db: impl
     let row = s.get(name).await.unwrap().unwrap();
     assert_eq!(
         (row.term, row.term_token),
-        (4, Some(second.for_term(3))),
+        (t3 + 1, Some(second.value())),
         "left behind"
     );
     assert!(!row.started_by(second), "a term this process did not start");
@@ -334,9 +397,9 @@ pub(super) async fn the_time_held_counts_from_the_start_of_the_term(db: impl Tab
     assert_eq!(s.get(name).await.unwrap().unwrap().held_for, None);
     let a = lease(name, "a", TTL, 0);
     let claimed = Instant::now();
-    assert!(s.claim(&a).await.unwrap());
+    let t1 = taken(s.claim(&a).await);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(s.renew(&a.in_term(1)).await.unwrap());
+    assert!(s.renew(&a.in_term(t1)).await.unwrap());
     let row = s.get(name).await.unwrap().unwrap();
     let held = row.held_for.expect("a claim records when the term started");
     // Milliseconds on every backend, from two clocks that agree to well within 50 ms.
@@ -349,7 +412,7 @@ pub(super) async fn the_time_held_counts_from_the_start_of_the_term(db: impl Tab
     assert!(row.age < held, "a renewal keeps the term's start: {row:?}");
 
     let reacquired = Instant::now();
-    assert!(s.reacquire(&a.in_term(1)).await.unwrap());
+    let t2 = taken(s.reacquire(&a.in_term(t1)).await);
     let held = s.get(name).await.unwrap().unwrap().held_for.unwrap();
     assert!(
         held <= reacquired.elapsed() + margin,
@@ -360,7 +423,7 @@ pub(super) async fn the_time_held_counts_from_the_start_of_the_term(db: impl Tab
         return;
     }
     let row = s.get(name).await.unwrap().unwrap();
-    assert_eq!((row.term, row.held_for), (3, None), "{row:?}");
+    assert_eq!((row.term, row.held_for), (t2 + 1, None), "{row:?}");
 }
 
 /// `leaderd pause`: no claim of a free or lapsed lease, no reacquire of a lapsed one, while
@@ -373,7 +436,7 @@ pub(super) async fn a_pause_keeps_free_and_lapsed_leases_from_every_claim(db: im
     let name = "paused";
     let short = Duration::from_millis(300);
     a.ensure_row(name).await.unwrap();
-    assert!(a.claim(&lease(name, "a", short, 0)).await.unwrap());
+    let t1 = taken(a.claim(&lease(name, "a", short, 0)).await);
     b.pause(name, Duration::from_secs(60)).await.unwrap();
     let row = b.get(name).await.unwrap().unwrap();
     assert!(row.paused() && row.pending.paused_for.unwrap() > Duration::from_secs(50));
@@ -382,47 +445,56 @@ pub(super) async fn a_pause_keeps_free_and_lapsed_leases_from_every_claim(db: im
         ..Commands::default()
     };
     assert!(
-        !a.renew(&lease(name, "a", short, 1)).await.unwrap(),
+        !a.renew(&lease(name, "a", short, t1)).await.unwrap(),
         "a renewal that has not seen the pause"
     );
     assert!(
-        a.renew_seeing(&lease(name, "a", short, 1), paused)
+        a.renew_seeing(&lease(name, "a", short, t1), paused)
             .await
             .unwrap()
     );
+    let t2 = a.reacquire(&lease(name, "a", short, t1)).await.unwrap();
     assert!(
-        a.reacquire(&lease(name, "a", short, 1)).await.unwrap(),
+        t2 > Some(t1),
         "a live lease starts a new term during a pause"
     );
-    assert!(a.release(&lease(name, "a", TTL, 2)).await.unwrap());
+    let t2 = t2.unwrap();
+    assert!(a.release(&lease(name, "a", TTL, t2)).await.unwrap());
     assert!(
-        !b.claim(&lease(name, "b", TTL, 2)).await.unwrap(),
+        b.claim(&lease(name, "b", TTL, t2)).await.unwrap().is_none(),
         "a released lease during a pause"
     );
-    assert!(a.claim(&lease(name, "a", short, 2)).await.is_ok_and(|c| !c));
+    assert!(
+        a.claim(&lease(name, "a", short, t2))
+            .await
+            .is_ok_and(|c| c.is_none())
+    );
     // The pause outlives a lease taken before it.
     b.resume(name).await.unwrap();
-    assert!(a.claim(&lease(name, "a", short, 2)).await.unwrap());
+    let t3 = taken(a.claim(&lease(name, "a", short, t2)).await);
     b.pause(name, Duration::from_secs(60)).await.unwrap();
     tokio::time::sleep(short + Duration::from_millis(50)).await;
     assert!(
-        !a.reacquire(&lease(name, "a", short, 3)).await.unwrap(),
+        a.reacquire(&lease(name, "a", short, t3))
+            .await
+            .unwrap()
+            .is_none(),
         "a lapsed lease is not reacquired during a pause"
     );
     assert!(
-        !b.claim(&lease(name, "b", TTL, 3)).await.unwrap(),
+        b.claim(&lease(name, "b", TTL, t3)).await.unwrap().is_none(),
         "a lapsed lease during a pause"
     );
     assert!(b.resume(name).await.unwrap());
     assert!(!b.get(name).await.unwrap().unwrap().paused());
-    assert!(b.claim(&lease(name, "b", TTL, 3)).await.unwrap());
+    let t4 = taken(b.claim(&lease(name, "b", TTL, t3)).await);
     // A pause ends when its time is up.
-    assert!(b.release(&lease(name, "b", TTL, 4)).await.unwrap());
+    assert!(b.release(&lease(name, "b", TTL, t4)).await.unwrap());
     b.pause(name, Duration::from_millis(200)).await.unwrap();
-    assert!(!a.claim(&lease(name, "a", TTL, 4)).await.unwrap());
+    assert!(a.claim(&lease(name, "a", TTL, t4)).await.unwrap().is_none());
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert!(!b.get(name).await.unwrap().unwrap().paused());
-    assert!(a.claim(&lease(name, "a", TTL, 4)).await.unwrap());
+    assert!(a.claim(&lease(name, "a", TTL, t4)).await.unwrap().is_some());
     // Resuming an election without a row finds nothing; pausing one creates it.
     assert!(!b.resume("no-row").await.unwrap());
     b.pause("no-row", Duration::from_secs(1)).await.unwrap();
@@ -444,7 +516,7 @@ pub(super) async fn a_handover_lets_only_its_target_claim_within_its_window(db: 
         ..Commands::default()
     };
     a.ensure_row(name).await.unwrap();
-    assert!(a.claim(&lease(name, "a", short, 0)).await.unwrap());
+    let t1 = taken(a.claim(&lease(name, "a", short, 0)).await);
     assert!(
         !c.request_step_down(name, "a", 0, StepDownRequest::Resign)
             .await
@@ -452,33 +524,36 @@ pub(super) async fn a_handover_lets_only_its_target_claim_within_its_window(db: 
         "a term that is not the live one"
     );
     assert!(
-        c.request_step_down(name, "a", 1, StepDownRequest::Resign)
+        c.request_step_down(name, "a", t1, StepDownRequest::Resign)
             .await
             .unwrap()
     );
     assert_eq!(
         a.get(name).await.unwrap().unwrap().pending.resign_term,
-        Some(1)
+        Some(t1)
     );
-    assert!(!a.renew(&lease(name, "a", short, 1)).await.unwrap());
+    assert!(!a.renew(&lease(name, "a", short, t1)).await.unwrap());
     assert!(
-        a.renew_seeing(&lease(name, "a", short, 1), resign_seen)
+        a.renew_seeing(&lease(name, "a", short, t1), resign_seen)
             .await
             .unwrap()
     );
     assert!(
-        !a.reacquire(&lease(name, "a", short, 1)).await.unwrap(),
+        a.reacquire(&lease(name, "a", short, t1))
+            .await
+            .unwrap()
+            .is_none(),
         "a resigned term is not started again by its holder"
     );
-    assert!(a.release(&lease(name, "a", TTL, 1)).await.unwrap());
-    assert!(b.claim(&lease(name, "b", short, 1)).await.unwrap());
+    assert!(a.release(&lease(name, "a", TTL, t1)).await.unwrap());
+    let t2 = taken(b.claim(&lease(name, "b", short, t1)).await);
     let row = b.get(name).await.unwrap().unwrap();
     assert_eq!(row.pending.resign_term, None, "a new term starts clean");
 
-    // Handover from b (term 2) to c, offered first: the leader is not asked until c
+    // Handover from b (term t2) to c, offered first: the leader is not asked until c
     // accepts, and only c can.
     let offer = StepDownRequest::Offer { to: "c" };
-    assert!(a.request_step_down(name, "b", 2, offer).await.unwrap());
+    assert!(a.request_step_down(name, "b", t2, offer).await.unwrap());
     let row = a.get(name).await.unwrap().unwrap();
     assert_eq!(
         row.pending.resign_term, None,
@@ -486,11 +561,11 @@ pub(super) async fn a_handover_lets_only_its_target_claim_within_its_window(db: 
     );
     assert!(row.offered_to("c") && !row.offered_to("a"));
     assert!(
-        b.renew(&lease(name, "b", short, 2)).await.unwrap(),
+        b.renew(&lease(name, "b", short, t2)).await.unwrap(),
         "the leader renews as before"
     );
     assert!(
-        !a.accept_handover(name, "a", 2).await.unwrap(),
+        !a.accept_handover(name, "a", t2).await.unwrap(),
         "not offered to a"
     );
     for other in [
@@ -499,17 +574,17 @@ pub(super) async fn a_handover_lets_only_its_target_claim_within_its_window(db: 
         StepDownRequest::Handover { to: "a" },
     ] {
         assert!(
-            !a.request_step_down(name, "b", 2, other).await.unwrap(),
+            !a.request_step_down(name, "b", t2, other).await.unwrap(),
             "an offer is not overwritten: {other:?}"
         );
     }
     assert!(
-        !c.accept_handover(name, "c", 1).await.unwrap(),
+        !c.accept_handover(name, "c", t1).await.unwrap(),
         "a stale term"
     );
-    assert!(c.accept_handover(name, "c", 2).await.unwrap());
+    assert!(c.accept_handover(name, "c", t2).await.unwrap());
     assert!(
-        !a.request_step_down(name, "b", 2, StepDownRequest::Resign)
+        !a.request_step_down(name, "b", t2, StepDownRequest::Resign)
             .await
             .unwrap(),
         "a term asked to step down is not asked again"
@@ -522,20 +597,26 @@ pub(super) async fn a_handover_lets_only_its_target_claim_within_its_window(db: 
         "the window is two lease lengths: {window:?}"
     );
     assert!(
-        b.renew_seeing(&lease(name, "b", short, 2), resign_seen)
+        b.renew_seeing(&lease(name, "b", short, t2), resign_seen)
             .await
             .unwrap()
     );
-    assert!(b.release(&lease(name, "b", TTL, 2)).await.unwrap());
+    assert!(b.release(&lease(name, "b", TTL, t2)).await.unwrap());
     assert!(
-        !a.claim(&lease(name, "a", short, 2)).await.unwrap(),
+        a.claim(&lease(name, "a", short, t2))
+            .await
+            .unwrap()
+            .is_none(),
         "only the target claims within the window"
     );
     assert!(
-        !b.reacquire(&lease(name, "b", short, 2)).await.unwrap(),
+        b.reacquire(&lease(name, "b", short, t2))
+            .await
+            .unwrap()
+            .is_none(),
         "nor the old holder"
     );
-    assert!(c.claim(&lease(name, "c", short, 2)).await.unwrap());
+    let t3 = taken(c.claim(&lease(name, "c", short, t2)).await);
     let row = a.get(name).await.unwrap().unwrap();
     assert_eq!(
         (row.pending.handover_to, row.pending.handover_for),
@@ -546,15 +627,20 @@ pub(super) async fn a_handover_lets_only_its_target_claim_within_its_window(db: 
     // A handover (not an offer: `--force`) to a node that never claims: anyone may, once
     // the window is over.
     let forced = StepDownRequest::Handover { to: "gone" };
-    assert!(a.request_step_down(name, "c", 3, forced).await.unwrap());
+    assert!(a.request_step_down(name, "c", t3, forced).await.unwrap());
     assert!(
-        c.renew_seeing(&lease(name, "c", short, 3), resign_seen)
+        c.renew_seeing(&lease(name, "c", short, t3), resign_seen)
             .await
             .unwrap(),
         "asked at once"
     );
-    assert!(c.release(&lease(name, "c", TTL, 3)).await.unwrap());
-    assert!(!a.claim(&lease(name, "a", short, 3)).await.unwrap());
+    assert!(c.release(&lease(name, "c", TTL, t3)).await.unwrap());
+    assert!(
+        a.claim(&lease(name, "a", short, t3))
+            .await
+            .unwrap()
+            .is_none()
+    );
     tokio::time::sleep(short * 2 + Duration::from_millis(50)).await;
     let row = a.get(name).await.unwrap().unwrap();
     assert_eq!(
@@ -562,7 +648,12 @@ pub(super) async fn a_handover_lets_only_its_target_claim_within_its_window(db: 
         (None, None),
         "a handover whose window is over reads as none"
     );
-    assert!(a.claim(&lease(name, "a", short, 3)).await.unwrap());
+    assert!(
+        a.claim(&lease(name, "a", short, t3))
+            .await
+            .unwrap()
+            .is_some()
+    );
 }
 
 /// `leaderd_member`: a record refreshes `last_seen`, a fresh one restarts `started`; the
