@@ -41,9 +41,8 @@ pub fn store(config: &Config, migrate: bool) -> SqlStore {
 
 pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow::Result<()> {
     // Before anything slow, so that a stop during start-up is a clean one.
-    let shutdown = signals::shutdown_signal().context("cannot install signal handlers")?;
-    let mut reload_requests =
-        signals::reload_requests().context("cannot install signal handlers")?;
+    let (shutdown, mut reload_requests) =
+        signals::daemon_signals().context("cannot install signal handlers")?;
     info!(
         election = %config.election.name,
         node = %config.node.id,
