@@ -279,10 +279,11 @@ fn reload(
         ),
         Ok(new) => {
             let old = &*running;
-            for key in old.needs_restart(&new) {
+            let keys = old.needs_restart(&new).join(", ");
+            if !keys.is_empty() {
                 warn!(
-                    key,
-                    "changed in the configuration but applies only after a restart"
+                    keys = %keys,
+                    "changed in the configuration but applied only after a restart: {keys}"
                 );
             }
             if new.hooks != old.hooks {

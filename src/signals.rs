@@ -68,9 +68,12 @@ fn split(
 
 /// `leaderd run`'s signals: the one shutdown future (the first SIGTERM or SIGINT; a second
 /// exits at once), and every SIGHUP from now on, a request to reload the configuration.
-pub fn daemon_signals()
--> std::io::Result<(impl Future<Output = ()>, mpsc::UnboundedReceiver<()>)> {
-    Ok(split(every(&[SIGTERM, SIGINT, SIGHUP], Some)?, Some(SIGHUP)))
+pub fn daemon_signals() -> std::io::Result<(impl Future<Output = ()>, mpsc::UnboundedReceiver<()>)>
+{
+    Ok(split(
+        every(&[SIGTERM, SIGINT, SIGHUP], Some)?,
+        Some(SIGHUP),
+    ))
 }
 
 /// Resolves on the first SIGTERM or SIGINT; a second one exits at once (`leaderd watch`).

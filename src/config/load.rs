@@ -277,7 +277,11 @@ fn hook_variable_fallbacks(env: &HashMap<String, String>) -> Vec<(EnvFallback, S
     let mut taken = Vec::new();
     for (variable, key, instead) in [
         ("LEADERD_NODE_ID", "node.id", "LEADERD_NODE__ID"),
-        ("LEADERD_ELECTION", "election.name", "LEADERD_ELECTION__NAME"),
+        (
+            "LEADERD_ELECTION",
+            "election.name",
+            "LEADERD_ELECTION__NAME",
+        ),
     ] {
         if let Some(value) = env.get(variable).filter(|v| !v.is_empty()) {
             let fallback = EnvFallback {

@@ -51,11 +51,12 @@ pub(super) fn resolve(
         })
     };
     let url = match (&database.url_file, &database.url_text) {
-        (Some(_), Some(url)) => {
+        (Some(path), Some(url)) => {
+            let url = DatabaseUrl::parse(url).map_or_else(|e| e.url, |u| u.redacted());
             return Err(invalid(
                 "database.url_file",
-                DatabaseUrl::parse(url).map_or_else(|e| e.url, |u| u.redacted()),
-                "database.url is set too; set one of them",
+                path.display(),
+                format!("database.url is set too ({url}); set one of them"),
             ));
         }
         (Some(path), None) => from_file("database.url_file", path)?,

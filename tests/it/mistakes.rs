@@ -5,6 +5,8 @@
 use crate::support as common;
 
 use common::leaderd;
+
+mod messages;
 use std::path::PathBuf;
 use std::process::Output;
 
