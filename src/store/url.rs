@@ -6,6 +6,8 @@ use std::fmt;
 use super::backend::Backend;
 use super::pooler::Pooler;
 
+mod check;
+
 /// A URL leaderd cannot use. `url` is already redacted; callers add where it came from
 /// (the configuration names its key).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -132,18 +134,20 @@ impl DatabaseUrl {
                 ));
             }
             Backend::Sqlite => {}
+            // Checked here, by the drivers' own parsers, so that a mistake stops
+            // `check-config` and `run` (check.rs). The TLS parameters are leaderd's.
             Backend::Postgres => {
-                // The TLS parameters are checked here, so a bad one stops `check-config`;
-                // tokio-postgres checks the rest (it knows no verify-* modes).
                 let (rest, _) =
                     super::tls::split(&parsed.address, backend).map_err(|e| bad(&e.to_string()))?;
-                check_postgres(&rest).map_err(|reason| bad(&reason))?
+                check::postgres(&parsed.address, &rest).map_err(|reason| bad(&reason))?
             }
             Backend::Mysql => {
                 url::Url::parse(&parsed.address)
                     .map_err(|e| bad(&format!("not a valid URL: {e}")))?;
-                // The TLS parameters are checked here, so a bad one stops `check-config`.
-                super::tls::split(&parsed.address, backend).map_err(|e| bad(&e.to_string()))?;
+                check::mysql_parameters(&parsed.address).map_err(|reason| bad(&reason))?;
+                let (rest, _) =
+                    super::tls::split(&parsed.address, backend).map_err(|e| bad(&e.to_string()))?;
+                check::mysql(&rest).map_err(|reason| bad(&reason))?
             }
         }
         Ok(parsed)
@@ -229,17 +233,6 @@ impl DatabaseUrl {
     pub fn transaction_pooled(&self) -> bool {
         self.backend == Backend::Postgres && self.pooler == Pooler::Transaction
     }
-}
-
-/// A PostgreSQL URL as tokio-postgres (which connects) reads it. The url crate alone
-/// refuses libpq's multi-host form, `postgres://h1:5432,h2:5432/db`.
-fn check_postgres(text: &str) -> Result<(), String> {
-    if url::Url::parse(text).is_ok() && !text.contains(',') {
-        return Ok(());
-    }
-    text.parse::<tokio_postgres::Config>()
-        .map(|_| ())
-        .map_err(|e| format!("not a valid URL: {e}"))
 }
 
 fn redact(text: &str) -> String {

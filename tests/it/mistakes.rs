@@ -7,6 +7,7 @@ use crate::support as common;
 use common::leaderd;
 
 mod messages;
+mod urls;
 use std::path::PathBuf;
 use std::process::Output;
 
