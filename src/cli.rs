@@ -19,8 +19,11 @@ mod exit;
 mod lock;
 mod locks;
 mod man;
+mod needs;
 mod status;
 mod wait;
+
+use needs::NewFlag;
 
 use exit::{EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_USAGE};
 
@@ -38,6 +41,10 @@ pub struct Cli {
     /// Log line format on stderr [default: log.format, else text].
     #[arg(long, global = true, value_enum)]
     log_format: Option<LogFormat>,
+    /// The database to use, over database.url and database.url_file (an SQLite file
+    /// too: sqlite://PATH). Prefer LEADERD_DATABASE__URL for a URL with a password.
+    #[arg(long, global = true, value_name = "URL")]
+    database: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -61,6 +68,8 @@ enum Command {
         /// Read this node's status file instead of asking the database.
         #[arg(long)]
         local: bool,
+        #[command(flatten)]
+        new: NewFlag,
         #[command(flatten)]
         election: ElectionFlag,
     },
@@ -106,6 +115,8 @@ enum Command {
         #[arg(long = "for", default_value = "1h", value_parser = duration::positive)]
         duration: std::time::Duration,
         #[command(flatten)]
+        new: NewFlag,
+        #[command(flatten)]
         election: ElectionFlag,
     },
     /// End a pause.
@@ -119,6 +130,8 @@ enum Command {
         /// Print the current state once and exit.
         #[arg(long)]
         once: bool,
+        #[command(flatten)]
+        new: NewFlag,
         #[command(flatten)]
         election: ElectionFlag,
     },
@@ -146,6 +159,8 @@ enum Command {
     Wait {
         #[command(flatten)]
         args: wait::WaitArgs,
+        #[command(flatten)]
+        new: NewFlag,
         #[command(flatten)]
         election: ElectionFlag,
     },
@@ -273,12 +288,20 @@ pub fn main() -> ExitCode {
     };
     // --config, else the default file if it exists, else none (defaults and variables).
     let file = cli.config.clone().or_else(crate::config::default_file);
-    let loaded =
-        Config::load(file.as_deref(), id).and_then(|config| match cli.command.election() {
+    let loaded = Config::load(file.as_deref(), id)
+        .and_then(|config| match cli.command.election() {
             Some(name) => config.with_election(name),
             None => Ok(config),
+        })
+        .and_then(|config| match &cli.database {
+            Some(url) => config.with_database(url),
+            None => Ok(config),
         });
-    let config = match loaded {
+    let (usage, name) = cli.command.database_use();
+    let config = loaded
+        .map_err(|error| error.to_string())
+        .and_then(|mut config| needs::database(&mut config, usage, name).map(|()| config));
+    let config = match config {
         Ok(config) => config,
         Err(error) => {
             eprintln!("leaderd: {error}");
@@ -329,14 +352,19 @@ pub fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime starts");
+    let database = config.database.url.redacted();
     let result = runtime.block_on(async {
         writer.spawn_reporter();
         let done = |result: anyhow::Result<()>| result.map(|()| ExitCode::SUCCESS);
+        if let Some((true, new_flag)) = cli.command.known_election() {
+            operator::refuse_unknown(&config, new_flag).await?;
+        }
         match cli.command {
             Command::Run { id } => {
                 let source = ConfigSource {
                     file: file.clone(),
                     node_id: id,
+                    database: cli.database,
                 };
                 done(daemon::run(config, source, log).await)
             }
@@ -374,11 +402,16 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            // The whole chain, each part once (causes that repeat their source's text).
-            eprintln!(
-                "leaderd: {}",
-                crate::store::error_text::chain(error.as_ref())
-            );
+            // The whole chain, each part once (causes that repeat their source's text),
+            // and the database it was about.
+            let text = crate::store::error_text::chain(error.as_ref());
+            let about_database = error
+                .chain()
+                .any(|e| e.is::<StoreError>() || e.is::<operator::OperatorError>());
+            match about_database {
+                true => eprintln!("leaderd: {}", needs::naming_database(text, &database)),
+                false => eprintln!("leaderd: {text}"),
+            }
             let operator_status = error
                 .chain()
                 .find_map(|e| e.downcast_ref::<operator::OperatorError>())

@@ -236,6 +236,25 @@ pub struct Database {
     /// What sits between leaderd and the database (PgBouncer's pool_mode).
     #[serde(deserialize_with = "value::pooler")]
     pub pooler: Pooler,
+    /// Where `url` came from: only `run` takes the embedded default.
+    #[serde(skip)]
+    pub source: UrlSource,
+}
+
+/// Where the database URL in force came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UrlSource {
+    /// Nothing named a database: the embedded default, [`DEFAULT_DATABASE_URL`].
+    #[default]
+    Default,
+    /// `database.url`, from the file or `LEADERD_DATABASE__URL`.
+    Url,
+    /// `database.url_file`.
+    UrlFile,
+    /// The systemd credential `database-url`.
+    Credential,
+    /// `--database URL`.
+    Flag,
 }
 
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://leaderd.sqlite3";
@@ -252,6 +271,7 @@ impl Default for Database {
             query_timeout: Duration::ZERO,
             migrate: true,
             pooler: Pooler::None,
+            source: UrlSource::Default,
         }
     }
 }
@@ -361,6 +381,18 @@ impl Config {
         )?;
         self.election.name = name.to_owned();
         self.env_fallbacks.retain(|f| f.key != "election.name");
+        Ok(self)
+    }
+
+    /// This configuration on the database `url` (`--database URL`), which wins over
+    /// `database.url`, `database.url_file` and the credential; `database.password_file`
+    /// and `database.pooler` still apply.
+    pub fn with_database(mut self, url: &str) -> Result<Self, ConfigError> {
+        let database = &mut self.database;
+        let parsed = DatabaseUrl::parse(url).map_err(|e| invalid("--database", e.url, e.reason))?;
+        database.url = secrets::with_password(parsed, database.password_file.as_ref(), None)?
+            .with_pooler(database.pooler);
+        database.source = UrlSource::Flag;
         Ok(self)
     }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, UrlSource};
 use crate::election::{ClaimGate, Election, ElectionSettings, Status};
 use crate::hooks::health::{self, HealthWiring};
 use crate::hooks::{self, HookContext, Hooks};
@@ -26,6 +26,8 @@ pub(crate) const MEMBER_STOP_WAIT: std::time::Duration = std::time::Duration::fr
 pub struct ConfigSource {
     pub file: Option<PathBuf>,
     pub node_id: Option<String>,
+    /// `--database URL`.
+    pub database: Option<String>,
 }
 
 pub fn store(config: &Config, migrate: bool) -> SqlStore {
@@ -51,6 +53,16 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         interval = %humantime::format_duration(config.election.interval),
         "leaderd starting"
     );
+    if config.database.source == UrlSource::Default {
+        let here = std::env::current_dir().unwrap_or_default();
+        warn!(
+            "no database configured: using the embedded default {} in {}, a database of \
+             this host alone; set database.url (LEADERD_DATABASE__URL) for an election \
+             among hosts",
+            config.database.url,
+            here.display()
+        );
+    }
     let settings = ElectionSettings::new(
         &config.election.name,
         &config.node.id,
@@ -254,7 +266,15 @@ pub(crate) async fn serve_until_shutdown<T, L: Future<Output = T>>(
 /// a file on a hung file system must not stall renewals.
 async fn load_again(source: &ConfigSource) -> anyhow::Result<Config> {
     let (file, node_id) = (source.file.clone(), source.node_id.clone());
-    off_the_loop(move || Config::load(file.as_deref(), node_id.as_deref())).await
+    let database = source.database.clone();
+    off_the_loop(move || {
+        let config = Config::load(file.as_deref(), node_id.as_deref())?;
+        match &database {
+            Some(url) => config.with_database(url),
+            None => Ok(config),
+        }
+    })
+    .await
 }
 
 /// Runs a blocking `load` on tokio's blocking threads.

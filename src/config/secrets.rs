@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{ConfigError, DEFAULT_DATABASE_URL, Database, invalid};
+use super::{ConfigError, DEFAULT_DATABASE_URL, Database, UrlSource, invalid};
 use crate::store::{Backend, DatabaseUrl};
 
 /// The systemd credentials leaderd reads from `$CREDENTIALS_DIRECTORY` when the
@@ -59,18 +59,26 @@ pub(super) fn resolve(
                 format!("database.url is set too ({url}); set one of them"),
             ));
         }
-        (Some(path), None) => from_file("database.url_file", path)?,
-        (None, Some(url)) => DatabaseUrl::parse(url)?,
+        (Some(path), None) => (from_file("database.url_file", path)?, UrlSource::UrlFile),
+        (None, Some(url)) => (DatabaseUrl::parse(url)?, UrlSource::Url),
         (None, None) => match credential(credentials, CREDENTIAL_URL) {
-            Some(path) => from_file("database.url_file", &path)?,
-            None => DatabaseUrl::parse(DEFAULT_DATABASE_URL)?,
+            Some(path) => (
+                from_file("database.url_file", &path)?,
+                UrlSource::Credential,
+            ),
+            None => (
+                DatabaseUrl::parse(DEFAULT_DATABASE_URL)?,
+                UrlSource::Default,
+            ),
         },
     };
+    let (url, source) = url;
+    database.source = source;
     database.url = with_password(url, database.password_file.as_ref(), credentials)?;
     Ok(())
 }
 
-fn with_password(
+pub(super) fn with_password(
     url: DatabaseUrl,
     password_file: Option<&PathBuf>,
     credentials: Option<&String>,

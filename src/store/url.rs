@@ -37,6 +37,9 @@ pub struct DatabaseUrl {
     backend: Backend,
     /// What sits between leaderd and the database (`database.pooler`).
     pooler: Pooler,
+    /// Whether connecting may create an SQLite file that is not there (`run`, `lock` and
+    /// `migrate` may; the operator commands only use a database that exists).
+    may_create: bool,
 }
 
 /// Percent-encodes all but the unreserved characters (RFC 3986).
@@ -126,6 +129,7 @@ impl DatabaseUrl {
             password,
             backend,
             pooler: Pooler::None,
+            may_create: true,
         };
         match backend {
             Backend::Sqlite if parsed.sqlite_path().is_empty() => {
@@ -221,6 +225,28 @@ impl DatabaseUrl {
     pub fn with_pooler(mut self, pooler: Pooler) -> DatabaseUrl {
         self.pooler = pooler;
         self
+    }
+
+    /// This URL for a command that must not create a database: an SQLite file that is
+    /// not there is an error, not a new database.
+    pub fn existing_only(mut self) -> DatabaseUrl {
+        self.may_create = false;
+        self
+    }
+
+    /// Why connecting must not go ahead: an SQLite file that is not there, where this
+    /// URL may not create one.
+    pub fn missing_sqlite_file(&self) -> Option<String> {
+        let path = self.sqlite_path();
+        (self.backend == Backend::Sqlite
+            && !self.may_create
+            && !std::path::Path::new(path).exists())
+        .then(|| {
+            format!(
+                "no database: {path} does not exist (`leaderd migrate` or a running node \
+                     creates it)"
+            )
+        })
     }
 
     /// What sits between leaderd and the database.
