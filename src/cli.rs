@@ -6,16 +6,16 @@ use clap::{CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::config::{Config, ConfigError};
+use crate::config::Config;
 use crate::daemon::{self, ConfigSource, store};
 use crate::duration;
 use crate::hooks;
 use crate::logging::{self, LogFormat};
 use crate::operator;
 use crate::signals;
-use crate::store::StoreError;
 
 mod exit;
+mod fatal;
 mod lock;
 mod locks;
 mod man;
@@ -25,7 +25,7 @@ mod wait;
 
 use needs::NewFlag;
 
-use exit::{EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_USAGE};
+use exit::{EXIT_CONFIG, EXIT_USAGE};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -303,22 +303,23 @@ pub fn main() -> ExitCode {
         .and_then(|mut config| needs::database(&mut config, usage, name).map(|()| config));
     let config = match config {
         Ok(config) => config,
-        Err(error) => {
-            eprintln!("leaderd: {error}");
-            return ExitCode::from(EXIT_CONFIG);
-        }
+        Err(error) => return fatal::before_logging(cli.log_format, &error, EXIT_CONFIG),
     };
     let level = match &cli.command {
         Command::Lock { args } => args.log_level().unwrap_or(&config.log.level),
         _ => &config.log.level,
     };
     // `writer` flushes the log at the end of main, before the last words on stderr.
-    let (log, writer) = logging::init(cli.log_format.unwrap_or(config.log.format), level);
+    let format = cli.log_format.unwrap_or(config.log.format);
+    let (log, writer) = logging::init(format, level);
     for fallback in &config.env_fallbacks {
         match fallback.from_hook {
             true => tracing::debug!(variable = fallback.variable, "{fallback}"),
             false => tracing::warn!(variable = fallback.variable, "{fallback}"),
         }
+    }
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
     }
     if !config.unknown_variables.is_empty() {
         tracing::warn!(
@@ -330,9 +331,8 @@ pub fn main() -> ExitCode {
     if let Command::CheckConfig | Command::Run { .. } = cli.command {
         // What the configuration points at: the status file's directory, the hooks.
         if let Err(error) = config.preflight() {
-            writer.finish();
-            eprintln!("leaderd: {error}");
-            return ExitCode::from(error.exit_code());
+            let status = error.exit_code();
+            return fatal::after_logging(format, writer, &error.to_string(), status);
         }
     }
     if let Command::CheckConfig = cli.command {
@@ -398,36 +398,14 @@ pub fn main() -> ExitCode {
     });
     // Database work still finishing in the background must not hold up the exit.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
-    writer.finish();
     match result {
-        Ok(code) => code,
+        Ok(code) => {
+            writer.finish();
+            code
+        }
         Err(error) => {
-            // The whole chain, each part once (causes that repeat their source's text),
-            // and the database it was about.
-            let text = crate::store::error_text::chain(error.as_ref());
-            let about_database = error
-                .chain()
-                .any(|e| e.is::<StoreError>() || e.is::<operator::OperatorError>());
-            match about_database {
-                true => eprintln!("leaderd: {}", needs::naming_database(text, &database)),
-                false => eprintln!("leaderd: {text}"),
-            }
-            let operator_status = error
-                .chain()
-                .find_map(|e| e.downcast_ref::<operator::OperatorError>())
-                .and_then(operator::OperatorError::exit_status);
-            if let Some(status) = operator_status {
-                ExitCode::from(status)
-            } else if error.chain().any(|e| e.is::<StoreError>()) {
-                ExitCode::from(EXIT_UNAVAILABLE)
-            } else if error
-                .chain()
-                .any(|e| e.is::<ConfigError>() || e.is::<hooks::ContainmentError>())
-            {
-                ExitCode::from(EXIT_CONFIG)
-            } else {
-                ExitCode::FAILURE
-            }
+            let (message, status) = fatal::outcome(&error, &database);
+            fatal::after_logging(format, writer, &message, status)
         }
     }
 }

@@ -8,6 +8,7 @@ mod load;
 mod names;
 mod preflight;
 mod secrets;
+mod timing;
 mod value;
 
 pub use crate::env_names::DEFAULT_CONFIG_VARIABLE;
@@ -154,6 +155,9 @@ pub struct Config {
     /// configuration variable (logged once, as one warning).
     #[serde(skip)]
     pub unknown_variables: Vec<String>,
+    /// Settings that are legal but unwise (`timing.rs`), logged once logging is up.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 /// `[node]`.

@@ -70,6 +70,7 @@ impl Config {
         config.unknown_variables = strays.unknown;
         Ok(config)
     }
+
     /// The rules that join keys, and the values that come from elsewhere (secrets, the
     /// downward API).
     fn check(&mut self, env: &HashMap<String, String>) -> Result<(), ConfigError> {
@@ -83,6 +84,9 @@ impl Config {
                 "names starting with \"lock:\" are the rows of `leaderd lock`; choose another",
             ));
         }
+        let query_timeout_set = !self.database.query_timeout.is_zero();
+        self.check_timing(query_timeout_set)?;
+        let e = &self.election;
         let database = &mut self.database;
         // A statement that outlives the lease is no use to the leader: its deadline is gone.
         if database.query_timeout.is_zero() {
