@@ -19,6 +19,10 @@ use crate::standing::Standing;
 use crate::store::{SqlStore, Timeouts};
 use crate::{http, kubernetes, members, signals, status_file, systemd};
 
+/// What a stop may take besides `hooks.shutdown_timeout` and the release: the grace
+/// between a hook's SIGTERM and its SIGKILL.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// How long a stopping node waits for its member record to say `stopped`.
 pub(crate) const MEMBER_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -53,6 +57,24 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         interval = %humantime::format_duration(config.election.interval),
         "leaderd starting"
     );
+    // The stop sequence (the hooks, then the release) must fit in systemd's stop timeout,
+    // or systemd kills the node before it released and failover waits a ttl.
+    let stop_needs = config.hooks.shutdown_timeout + config.database.query_timeout + STOP_GRACE;
+    tokio::spawn(async move {
+        if let Some(limit) = systemd::unit_stop_timeout()
+            .await
+            .filter(|l| *l < stop_needs)
+        {
+            warn!(
+                "hooks.shutdown_timeout, the release (database.query_timeout) and the hooks' \
+                 kill grace take up to {} at a stop, more than this unit's TimeoutStopSec ({}): \
+                 systemd would kill leaderd before it released; raise TimeoutStopSec in a \
+                 drop-in, or lower hooks.shutdown_timeout",
+                humantime::format_duration(stop_needs),
+                humantime::format_duration(limit)
+            );
+        }
+    });
     if config.database.source == UrlSource::Default {
         let here = std::env::current_dir().unwrap_or_default();
         warn!(

@@ -151,3 +151,87 @@ fn fatal_errors_honour_log_format_json() {
         }
     }
 }
+
+/// The cgroup2 mount (the unified part of a hybrid layout too).
+fn cgroup2_mount() -> std::path::PathBuf {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    mounts
+        .lines()
+        .find(|line| line.contains(" - cgroup2 "))
+        .and_then(|line| line.split(' ').nth(4))
+        .map(std::path::PathBuf::from)
+        .expect("a cgroup2 mount")
+}
+
+/// `hooks.shutdown_timeout = "1h"` against the unit's `TimeoutStopSec=15s` passed without a
+/// word: systemd would kill the node before its release. `run` asks systemd for the unit's
+/// stop timeout (here a `systemctl` of the test's, in a cgroup named like a unit) and warns
+/// when the stop sequence does not fit; the defaults fit the shipped 15 s.
+#[test]
+fn a_shutdown_timeout_beyond_the_units_stop_timeout_draws_a_warning() {
+    use std::os::unix::process::CommandExt;
+    let dir = Dir::new();
+    let bin = dir.0.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let asked = dir.0.join("asked");
+    crate::support::script(
+        &bin,
+        "systemctl",
+        &format!("#!/bin/sh\necho \"$@\" >>{}\necho 15s\n", asked.display()),
+    );
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    for (shutdown, warned) in [("1h", true), ("10s", false)] {
+        let unit = crate::support::unique("leaderd-test") + ".service";
+        let cgroup = cgroup2_mount().join(&unit);
+        std::fs::create_dir(&cgroup).unwrap();
+        let procs = cgroup.join("cgroup.procs");
+        let log = dir.0.join(format!("{shutdown}.log"));
+        let mut command = leaderd();
+        command
+            .args(["run", "--id", "n1"])
+            .current_dir(&dir.0)
+            .env("PATH", &path)
+            .env("INVOCATION_ID", "0123456789abcdef")
+            .env(
+                "LEADERD_DATABASE__URL",
+                format!("sqlite://{}/db.sqlite3", dir.0.display()),
+            )
+            .env("LEADERD_STATUS__PATH", dir.0.join("n1.status.json"))
+            .env("LEADERD_HOOKS__SHUTDOWN_TIMEOUT", shutdown)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        // SAFETY: only a write(2) to a file between fork and exec.
+        unsafe {
+            command.pre_exec(move || std::fs::write(&procs, "0"));
+        }
+        let mut child = command.spawn().unwrap();
+        let started = std::time::Instant::now();
+        while !std::fs::read_to_string(&asked)
+            .unwrap_or_default()
+            .contains(&unit)
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "systemctl never asked"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        assert_eq!(child.wait().unwrap().code(), Some(0));
+        let _ = std::fs::remove_dir(&cgroup);
+        let text = std::fs::read_to_string(&log).unwrap();
+        let asked = std::fs::read_to_string(&asked).unwrap();
+        assert!(
+            asked.contains(&format!("show --property=TimeoutStopUSec --value {unit}")),
+            "{asked}"
+        );
+        let warning = "more than this unit's TimeoutStopSec (15s)";
+        assert_eq!(
+            text.matches(warning).count(),
+            usize::from(warned),
+            "{shutdown}: {text}"
+        );
+    }
+}
