@@ -102,6 +102,7 @@ fn in_doubt(error: &StoreError) -> bool {
             | StoreError::Tls { .. }
             | StoreError::ConnectTimeout { .. }
             | StoreError::SchemaOutdated { .. }
+            | StoreError::PermissionDenied { .. }
             | StoreError::Migration(_)
             | StoreError::MigrationLockTimeout { .. }
             | StoreError::TransactionPooler { .. }

@@ -30,6 +30,11 @@ pub enum StoreError {
          run `leaderd migrate` (or start a node with database.migrate = true)"
     )]
     SchemaOutdated { column: &'static str },
+    #[error(
+        "{message}: the database role lacks a privilege leaderd needs; grant it (the grants \
+         each command needs are in docs/scaling-and-databases.md, \"Permissions\")"
+    )]
+    PermissionDenied { message: String },
     #[error("query timed out after {}", humantime::format_duration(*.after))]
     QueryTimeout { after: Duration },
     #[error("migrations failed: {}", error_text::chain(.0.as_ref()))]
@@ -68,12 +73,13 @@ impl From<tokio::task::JoinError> for StoreError {
 
 impl StoreError {
     /// Every [`StoreError::kind`], so that counters by kind can start at zero.
-    pub const KINDS: [&'static str; 10] = [
+    pub const KINDS: [&'static str; 11] = [
         "connect",
         "tls",
         "connect_timeout",
         "query",
         "schema_outdated",
+        "permission",
         "query_timeout",
         "migration",
         "task",
@@ -89,6 +95,7 @@ impl StoreError {
             StoreError::ConnectTimeout { .. } => "connect_timeout",
             StoreError::Query(_) => "query",
             StoreError::SchemaOutdated { .. } => "schema_outdated",
+            StoreError::PermissionDenied { .. } => "permission",
             StoreError::QueryTimeout { .. } => "query_timeout",
             StoreError::Migration(_) | StoreError::MigrationLockTimeout { .. } => "migration",
             StoreError::Task(_) => "task",

@@ -9,6 +9,7 @@ use common::leaderd;
 mod databases;
 mod elections;
 mod messages;
+mod permissions;
 mod start;
 mod urls;
 use std::path::PathBuf;

@@ -19,9 +19,9 @@ use super::dialect::{
     Dialect, MYSQL, MYSQL_DURABILITY, POSTGRES, Param, SQLITE, SQLITE_SYNCED, SQLITE_UNSYNCED,
     Statement,
 };
-use super::pooler;
 use super::{Backend, DatabaseUrl};
 use super::{Commands, Lease, LeaseRow, Pending, ProcessToken, StoreError};
+use super::{error_text, pooler};
 
 /// Sets a new SQLite connection up: how long a statement waits for another connection's
 /// lock, WAL mode, and commits that do not wait for the disk (see
@@ -117,33 +117,6 @@ macro_rules! on_connection {
 mod control;
 mod migrate;
 
-/// Columns later migrations added, which a table migrated for an older version lacks.
-const ADDED_COLUMNS: [&str; 9] = [
-    "term_token",
-    "taken_at",
-    "taken_term",
-    "paused_until",
-    "handover_to",
-    "handover_until",
-    "resign_term",
-    "leaderd_member",
-    "standing",
-];
-
-/// Tells a statement that failed on a column the table lacks (a node of this version on a
-/// table nobody migrated yet) from other failures, so the error says what to do.
-fn missing_column(error: StoreError) -> StoreError {
-    if let StoreError::Query(diesel::result::Error::DatabaseError(_, info)) = &error {
-        if let Some(column) = ADDED_COLUMNS
-            .into_iter()
-            .find(|column| info.message().contains(column))
-        {
-            return StoreError::SchemaOutdated { column };
-        }
-    }
-    error
-}
-
 #[derive(QueryableByName)]
 struct MysqlDurability {
     #[diesel(sql_type = Nullable<BigInt>)]
@@ -227,7 +200,7 @@ fn duration(ms: i64) -> Duration {
 /// A read's failure as the caller should see it: a missing column says to migrate, a
 /// statement a transaction pooler refused says so.
 fn read_error(error: diesel::result::Error) -> StoreError {
-    pooler::explain(missing_column(error.into()))
+    pooler::explain(error_text::diagnose(error.into()))
 }
 
 impl DbConnection {
