@@ -16,6 +16,7 @@ use crate::signals;
 
 mod exit;
 mod fatal;
+mod flags;
 mod lock;
 mod locks;
 mod man;
@@ -23,7 +24,8 @@ mod needs;
 mod status;
 mod wait;
 
-use needs::NewFlag;
+use flags::{ElectionFlag, NewFlag, StepDownFlags};
+use needs::DatabaseUse;
 
 use exit::{EXIT_CONFIG, EXIT_USAGE};
 
@@ -196,14 +198,6 @@ enum Command {
     },
 }
 
-/// `--election NAME`: the operator commands act on this election instead of election.name.
-#[derive(Debug, Clone, clap::Args)]
-struct ElectionFlag {
-    /// The election to act on [default: election.name].
-    #[arg(long = "election", value_name = "NAME")]
-    name: Option<String>,
-}
-
 impl Command {
     /// The election named by `--election`, if this command has the flag and it was given.
     fn election(&self) -> Option<&str> {
@@ -215,6 +209,47 @@ impl Command {
             | Command::Resume { election }
             | Command::Watch { election, .. }
             | Command::Wait { election, .. } => election.name.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// How this command uses the database, and its name for messages.
+    fn database_use(&self) -> (DatabaseUse, &'static str) {
+        match self {
+            Command::Run { .. } => (DatabaseUse::Default, "run"),
+            Command::Status { local: true, .. } => (DatabaseUse::None, "status --local"),
+            Command::Status { .. } => (DatabaseUse::Existing, "status"),
+            Command::Migrate => (DatabaseUse::Named, "migrate"),
+            Command::Lock { .. } => (DatabaseUse::Named, "lock"),
+            Command::Locks { .. } => (DatabaseUse::Existing, "locks"),
+            Command::Resign { .. } => (DatabaseUse::Existing, "resign"),
+            Command::Handover { .. } => (DatabaseUse::Existing, "handover"),
+            Command::Pause { .. } => (DatabaseUse::Existing, "pause"),
+            Command::Resume { .. } => (DatabaseUse::Existing, "resume"),
+            Command::Watch { .. } => (DatabaseUse::Existing, "watch"),
+            Command::Wait { args, .. } if args.reads_database() => (DatabaseUse::Existing, "wait"),
+            _ => (DatabaseUse::None, ""),
+        }
+    }
+
+    /// For a command that acts on an election in the database: whether it refuses an
+    /// unknown one, and the flag that makes it accept a new one (if it has that flag).
+    fn known_election(&self) -> Option<(bool, Option<&'static str>)> {
+        let new = |flag: &NewFlag| Some((!flag.new, Some("--new")));
+        match self {
+            Command::Status {
+                local: false,
+                new: flag,
+                ..
+            }
+            | Command::Pause { new: flag, .. }
+            | Command::Watch { new: flag, .. } => new(flag),
+            Command::Wait {
+                args, new: flag, ..
+            } if args.reads_database() => new(flag),
+            Command::Resign { .. } | Command::Handover { .. } | Command::Resume { .. } => {
+                Some((true, None))
+            }
             _ => None,
         }
     }
@@ -406,38 +441,6 @@ pub fn main() -> ExitCode {
         Err(error) => {
             let (message, status) = fatal::outcome(&error, &database);
             fatal::after_logging(format, writer, &message, status)
-        }
-    }
-}
-
-/// The flags `resign` and `handover` share.
-#[derive(Debug, clap::Args)]
-struct StepDownFlags {
-    /// How long to wait for another node to take over.
-    #[arg(long, default_value = "30s", value_parser = duration::positive)]
-    wait: std::time::Duration,
-    /// How long the leader moved away from may not take the lead back by preemption
-    /// (`election.priority`); `0` lets it at once.
-    #[arg(long, default_value = "5m", value_parser = duration::zero_or_more)]
-    hold: std::time::Duration,
-    /// Step down even if no node could take over as far as the members table says
-    /// (resign), or without the named node's answer (handover).
-    #[arg(long)]
-    force: bool,
-    /// Only if N is the live term (exit 4 otherwise): repeats a command whose answer was
-    /// lost (exit 8) without asking the next leader too.
-    #[arg(long, value_name = "N")]
-    term: Option<i64>,
-}
-
-impl StepDownFlags {
-    fn command(self, to: Option<String>) -> operator::StepDownCommand {
-        operator::StepDownCommand {
-            to,
-            wait: self.wait,
-            hold: self.hold,
-            force: self.force,
-            poll: std::time::Duration::from_millis(20),
         }
     }
 }

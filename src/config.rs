@@ -388,18 +388,6 @@ impl Config {
         Ok(self)
     }
 
-    /// This configuration on the database `url` (`--database URL`), which wins over
-    /// `database.url`, `database.url_file` and the credential; `database.password_file`
-    /// and `database.pooler` still apply.
-    pub fn with_database(mut self, url: &str) -> Result<Self, ConfigError> {
-        let database = &mut self.database;
-        let parsed = DatabaseUrl::parse(url).map_err(|e| invalid("--database", e.url, e.reason))?;
-        database.url = secrets::with_password(parsed, database.password_file.as_ref(), None)?
-            .with_pooler(database.pooler);
-        database.source = UrlSource::Flag;
-        Ok(self)
-    }
-
     /// The effective configuration as TOML, every default spelled out and the database
     /// password redacted.
     pub fn to_toml_redacted(&self) -> String {

@@ -3,17 +3,7 @@
 //! one that exists (an operator command never creates one), and an election the database
 //! knows (unless `--new`). And the database named in its errors.
 
-use super::Command;
 use crate::config::{Config, DEFAULT_DATABASE_URL, UrlSource};
-
-/// `--new`: the election may be one that no node has joined yet.
-#[derive(Debug, Clone, Copy, clap::Args)]
-pub(super) struct NewFlag {
-    /// Accept an election that has no row and no member yet (one no node has joined);
-    /// without it, such an election is refused (exit 67), as it is most often a typo.
-    #[arg(long = "new")]
-    pub(super) new: bool,
-}
 
 /// How a command uses the database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,48 +52,5 @@ pub(super) fn naming_database(message: String, url: &str) -> String {
     match message.contains(url) {
         true => message,
         false => format!("{message} (database {url})"),
-    }
-}
-
-impl Command {
-    /// How this command uses the database, and its name for messages.
-    pub(super) fn database_use(&self) -> (DatabaseUse, &'static str) {
-        match self {
-            Command::Run { .. } => (DatabaseUse::Default, "run"),
-            Command::Status { local: true, .. } => (DatabaseUse::None, "status --local"),
-            Command::Status { .. } => (DatabaseUse::Existing, "status"),
-            Command::Migrate => (DatabaseUse::Named, "migrate"),
-            Command::Lock { .. } => (DatabaseUse::Named, "lock"),
-            Command::Locks { .. } => (DatabaseUse::Existing, "locks"),
-            Command::Resign { .. } => (DatabaseUse::Existing, "resign"),
-            Command::Handover { .. } => (DatabaseUse::Existing, "handover"),
-            Command::Pause { .. } => (DatabaseUse::Existing, "pause"),
-            Command::Resume { .. } => (DatabaseUse::Existing, "resume"),
-            Command::Watch { .. } => (DatabaseUse::Existing, "watch"),
-            Command::Wait { args, .. } if args.reads_database() => (DatabaseUse::Existing, "wait"),
-            _ => (DatabaseUse::None, ""),
-        }
-    }
-
-    /// For a command that acts on an election in the database: whether it refuses an
-    /// unknown one, and the flag that makes it accept a new one (if it has that flag).
-    pub(super) fn known_election(&self) -> Option<(bool, Option<&'static str>)> {
-        let new = |flag: &NewFlag| Some((!flag.new, Some("--new")));
-        match self {
-            Command::Status {
-                local: false,
-                new: flag,
-                ..
-            }
-            | Command::Pause { new: flag, .. }
-            | Command::Watch { new: flag, .. } => new(flag),
-            Command::Wait {
-                args, new: flag, ..
-            } if args.reads_database() => new(flag),
-            Command::Resign { .. } | Command::Handover { .. } | Command::Resume { .. } => {
-                Some((true, None))
-            }
-            _ => None,
-        }
     }
 }

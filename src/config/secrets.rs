@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{ConfigError, DEFAULT_DATABASE_URL, Database, UrlSource, invalid};
+use super::{Config, ConfigError, DEFAULT_DATABASE_URL, Database, UrlSource, invalid};
 use crate::store::{Backend, DatabaseUrl};
 
 /// The systemd credentials leaderd reads from `$CREDENTIALS_DIRECTORY` when the
@@ -101,4 +101,18 @@ pub(super) fn with_password(
             url: url.redacted(),
             reason,
         })
+}
+
+impl Config {
+    /// This configuration on the database `url` (`--database URL`), which wins over
+    /// `database.url`, `database.url_file` and the credential; `database.password_file`
+    /// and `database.pooler` still apply.
+    pub fn with_database(mut self, url: &str) -> Result<Self, ConfigError> {
+        let database = &mut self.database;
+        let parsed = DatabaseUrl::parse(url).map_err(|e| invalid("--database", e.url, e.reason))?;
+        database.url = with_password(parsed, database.password_file.as_ref(), None)?
+            .with_pooler(database.pooler);
+        database.source = UrlSource::Flag;
+        Ok(self)
+    }
 }

@@ -103,4 +103,44 @@ impl StoreError {
             StoreError::Unsupported { .. } => "unsupported",
         }
     }
+
+    /// A failed statement as the error that says what to do: a privilege the role lacks (a
+    /// monitoring role's "permission denied for table leaderd_member" named the table, and was
+    /// read as a column to migrate), or a column the table lacks (a node of this version on a
+    /// table nobody migrated yet).
+    pub(crate) fn diagnosed(self) -> StoreError {
+        let StoreError::Query(diesel::result::Error::DatabaseError(_, info)) = &self else {
+            return self;
+        };
+        let message = info.message();
+        if permission_denied(message) {
+            return StoreError::PermissionDenied {
+                message: message.to_owned(),
+            };
+        }
+        match ADDED_COLUMNS.into_iter().find(|c| message.contains(c)) {
+            Some(column) => StoreError::SchemaOutdated { column },
+            None => self,
+        }
+    }
+}
+
+/// Columns later migrations added, which a table migrated for an older version lacks.
+const ADDED_COLUMNS: [&str; 9] = [
+    "term_token",
+    "taken_at",
+    "taken_term",
+    "paused_until",
+    "handover_to",
+    "handover_until",
+    "resign_term",
+    "leaderd_member",
+    "standing",
+];
+
+/// Whether the server refused a privilege: PostgreSQL's 42501 ("permission denied for
+/// table …"), MySQL/MariaDB's 1142 and 1143 ("SELECT command denied to user …").
+fn permission_denied(message: &str) -> bool {
+    message.starts_with("permission denied for")
+        || (message.contains(" command denied to user ") && message.contains(" for "))
 }

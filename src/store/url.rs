@@ -406,6 +406,15 @@ mod tests {
     }
 
     #[test]
+    fn urls_are_checked_when_parsed() {
+        let error = DatabaseUrl::parse("postgres://u:s3cret@db/app?sslmod=require").unwrap_err();
+        assert!(error.reason.contains("did you mean sslmode?"), "{error}");
+        assert!(!error.to_string().contains("s3cret"), "{error}");
+        let error = DatabaseUrl::parse("mariadb://db/").unwrap_err();
+        assert!(error.reason.starts_with("names no database"), "{error}");
+    }
+
+    #[test]
     fn mariadb_scheme_is_mysql() {
         let url = DatabaseUrl::parse("mariadb://root@127.0.0.1:3306/test").unwrap();
         assert_eq!(url.backend(), Backend::Mysql);

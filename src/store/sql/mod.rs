@@ -19,9 +19,9 @@ use super::dialect::{
     Dialect, MYSQL, MYSQL_DURABILITY, POSTGRES, Param, SQLITE, SQLITE_SYNCED, SQLITE_UNSYNCED,
     Statement,
 };
+use super::pooler;
 use super::{Backend, DatabaseUrl};
 use super::{Commands, Lease, LeaseRow, Pending, ProcessToken, StoreError};
-use super::{error_text, pooler};
 
 /// Sets a new SQLite connection up: how long a statement waits for another connection's
 /// lock, WAL mode, and commits that do not wait for the disk (see
@@ -200,7 +200,7 @@ fn duration(ms: i64) -> Duration {
 /// A read's failure as the caller should see it: a missing column says to migrate, a
 /// statement a transaction pooler refused says so.
 fn read_error(error: diesel::result::Error) -> StoreError {
-    pooler::explain(error_text::diagnose(error.into()))
+    pooler::explain(StoreError::from(error).diagnosed())
 }
 
 impl DbConnection {

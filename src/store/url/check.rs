@@ -142,27 +142,25 @@ pub(super) fn mysql(rest: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use crate::store::DatabaseUrl;
-
-    fn reason(url: &str) -> String {
-        DatabaseUrl::parse(url).unwrap_err().reason
-    }
+    use super::*;
 
     #[test]
     fn unknown_parameters_draw_the_one_meant() {
-        let r = reason("postgres://u:pw@db/app?sslmod=require");
+        let url = "postgres://db/app?sslmod=require";
+        let r = postgres(url, url).unwrap_err();
         assert_eq!(r, "unknown parameter \"sslmod\"; did you mean sslmode?");
         // MySQL's spelling on a PostgreSQL URL.
-        let r = reason("postgres://db/app?ssl-mode=REQUIRED");
+        let url = "postgres://db/app?ssl-mode=REQUIRED";
+        let r = postgres(url, url).unwrap_err();
         assert!(r.contains("\"ssl-mode\"; did you mean sslmode?"), "{r}");
-        let r = reason("mysql://db/app?sslmode=REQUIRED");
+        let r = mysql_parameters("mysql://db/app?sslmode=REQUIRED").unwrap_err();
         assert!(r.contains("\"sslmode\"; did you mean ssl-mode?"), "{r}");
-        let r = reason("postgres://h1,h2/app?flavour=x");
+        let url = "postgres://h1,h2/app?flavour=x";
+        let r = postgres(url, url).unwrap_err();
         assert!(r.contains("PostgreSQL URLs take user, password"), "{r}");
-        assert!(DatabaseUrl::parse("mysql://db/app?ssl_mode=DISABLED&tcp_nodelay=true").is_ok());
-        assert!(
-            DatabaseUrl::parse("postgres://db/app?application_name=x&connect_timeout=3").is_ok()
-        );
+        assert!(mysql_parameters("mysql://db/app?ssl_mode=DISABLED&tcp_nodelay=true").is_ok());
+        let url = "postgres://db/app?application_name=x&connect_timeout=3";
+        assert!(postgres(url, url).is_ok());
     }
 
     #[test]
@@ -171,12 +169,18 @@ mod tests {
             "postgres://u@db",
             "postgres://db/",
             "postgres://h1,h2/?target_session_attrs=read-write",
-            "mysql://root@db:3306",
-            "mariadb://db/",
         ] {
-            assert!(reason(url).starts_with("names no database"), "{url}");
+            assert!(
+                postgres(url, url).unwrap_err().starts_with(NO_DATABASE),
+                "{url}"
+            );
         }
-        assert!(DatabaseUrl::parse("postgres:///app?host=/run/postgresql").is_ok());
-        assert!(DatabaseUrl::parse("postgres://db/?dbname=app").is_ok());
+        for url in ["mysql://root@db:3306", "mysql://db/"] {
+            assert!(mysql(url).unwrap_err().starts_with(NO_DATABASE), "{url}");
+        }
+        let url = "postgres:///app?host=/run/postgresql";
+        assert!(postgres(url, url).is_ok());
+        let url = "postgres://db/?dbname=app";
+        assert!(postgres(url, url).is_ok());
     }
 }
