@@ -378,6 +378,12 @@ pub fn main() -> ExitCode {
                 crate::config::default_path().display()
             ),
         }
+        if config.database.source == crate::config::UrlSource::Default {
+            println!(
+                "# no database named: `leaderd run` uses the embedded default below, and \
+                 the other commands refuse to run without one"
+            );
+        }
         print!("{}", config.to_toml_redacted());
         writer.finish();
         return ExitCode::SUCCESS;

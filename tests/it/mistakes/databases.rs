@@ -57,10 +57,13 @@ fn only_run_takes_the_embedded_default_database() {
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
         assert!(left_in(&dir).is_empty(), "{args:?}: {:?}", left_in(&dir));
     }
-    // Commands that need no database still work.
+    // Commands that need no database still work; check-config says none is named.
     for args in [&["check-config"][..], &["status", "--local"]] {
-        let (code, _, stderr) = text(&bare(&dir, args).output().unwrap());
+        let (code, stdout, stderr) = text(&bare(&dir, args).output().unwrap());
         assert_ne!(code, Some(78), "{args:?}: {stderr}");
+        if args[0] == "check-config" {
+            assert!(stdout.contains("# no database named"), "{stdout}");
+        }
     }
     // `run` keeps the default, and says so once.
     let output = output_within(&mut bare(&dir, &["run"]), Duration::from_secs(4));
