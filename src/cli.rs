@@ -300,10 +300,11 @@ pub fn main() -> ExitCode {
         Command::Man => Some(man::render(visible_command())),
         _ => None,
     };
-    if generated.is_some() && (cli.config.is_some() || cli.log_format.is_some()) {
+    let configured = cli.config.is_some() || cli.log_format.is_some() || cli.database.is_some();
+    if generated.is_some() && configured {
         eprintln!(
-            "leaderd: --config and --log-format mean nothing to `man` and `completions`, \
-             which print the same text whatever the configuration"
+            "leaderd: --config, --database and --log-format mean nothing to `man` and \
+             `completions`, which print the same text whatever the configuration"
         );
         return ExitCode::from(EXIT_USAGE);
     }
