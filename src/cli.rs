@@ -6,23 +6,28 @@ use clap::{CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::config::{Config, ConfigError};
+use crate::config::Config;
 use crate::daemon::{self, ConfigSource, store};
 use crate::duration;
 use crate::hooks;
 use crate::logging::{self, LogFormat};
 use crate::operator;
 use crate::signals;
-use crate::store::StoreError;
 
 mod exit;
+mod fatal;
+mod flags;
 mod lock;
 mod locks;
 mod man;
+mod needs;
 mod status;
 mod wait;
 
-use exit::{EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_USAGE};
+use flags::{ElectionFlag, NewFlag, StepDownFlags};
+use needs::DatabaseUse;
+
+use exit::{EXIT_CONFIG, EXIT_USAGE};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -38,6 +43,10 @@ pub struct Cli {
     /// Log line format on stderr [default: log.format, else text].
     #[arg(long, global = true, value_enum)]
     log_format: Option<LogFormat>,
+    /// The database to use, over database.url and database.url_file (an SQLite file
+    /// too: sqlite://PATH). Prefer LEADERD_DATABASE__URL for a URL with a password.
+    #[arg(long, global = true, value_name = "URL")]
+    database: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -61,6 +70,8 @@ enum Command {
         /// Read this node's status file instead of asking the database.
         #[arg(long)]
         local: bool,
+        #[command(flatten)]
+        new: NewFlag,
         #[command(flatten)]
         election: ElectionFlag,
     },
@@ -106,6 +117,8 @@ enum Command {
         #[arg(long = "for", default_value = "1h", value_parser = duration::positive)]
         duration: std::time::Duration,
         #[command(flatten)]
+        new: NewFlag,
+        #[command(flatten)]
         election: ElectionFlag,
     },
     /// End a pause.
@@ -119,6 +132,8 @@ enum Command {
         /// Print the current state once and exit.
         #[arg(long)]
         once: bool,
+        #[command(flatten)]
+        new: NewFlag,
         #[command(flatten)]
         election: ElectionFlag,
     },
@@ -146,6 +161,8 @@ enum Command {
     Wait {
         #[command(flatten)]
         args: wait::WaitArgs,
+        #[command(flatten)]
+        new: NewFlag,
         #[command(flatten)]
         election: ElectionFlag,
     },
@@ -181,14 +198,6 @@ enum Command {
     },
 }
 
-/// `--election NAME`: the operator commands act on this election instead of election.name.
-#[derive(Debug, Clone, clap::Args)]
-struct ElectionFlag {
-    /// The election to act on [default: election.name].
-    #[arg(long = "election", value_name = "NAME")]
-    name: Option<String>,
-}
-
 impl Command {
     /// The election named by `--election`, if this command has the flag and it was given.
     fn election(&self) -> Option<&str> {
@@ -200,6 +209,47 @@ impl Command {
             | Command::Resume { election }
             | Command::Watch { election, .. }
             | Command::Wait { election, .. } => election.name.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// How this command uses the database, and its name for messages.
+    fn database_use(&self) -> (DatabaseUse, &'static str) {
+        match self {
+            Command::Run { .. } => (DatabaseUse::Default, "run"),
+            Command::Status { local: true, .. } => (DatabaseUse::None, "status --local"),
+            Command::Status { .. } => (DatabaseUse::Existing, "status"),
+            Command::Migrate => (DatabaseUse::Named, "migrate"),
+            Command::Lock { .. } => (DatabaseUse::Named, "lock"),
+            Command::Locks { .. } => (DatabaseUse::Existing, "locks"),
+            Command::Resign { .. } => (DatabaseUse::Existing, "resign"),
+            Command::Handover { .. } => (DatabaseUse::Existing, "handover"),
+            Command::Pause { .. } => (DatabaseUse::Existing, "pause"),
+            Command::Resume { .. } => (DatabaseUse::Existing, "resume"),
+            Command::Watch { .. } => (DatabaseUse::Existing, "watch"),
+            Command::Wait { args, .. } if args.reads_database() => (DatabaseUse::Existing, "wait"),
+            _ => (DatabaseUse::None, ""),
+        }
+    }
+
+    /// For a command that acts on an election in the database: whether it refuses an
+    /// unknown one, and the flag that makes it accept a new one (if it has that flag).
+    fn known_election(&self) -> Option<(bool, Option<&'static str>)> {
+        let new = |flag: &NewFlag| Some((!flag.new, Some("--new")));
+        match self {
+            Command::Status {
+                local: false,
+                new: flag,
+                ..
+            }
+            | Command::Pause { new: flag, .. }
+            | Command::Watch { new: flag, .. } => new(flag),
+            Command::Wait {
+                args, new: flag, ..
+            } if args.reads_database() => new(flag),
+            Command::Resign { .. } | Command::Handover { .. } | Command::Resume { .. } => {
+                Some((true, None))
+            }
             _ => None,
         }
     }
@@ -250,10 +300,11 @@ pub fn main() -> ExitCode {
         Command::Man => Some(man::render(visible_command())),
         _ => None,
     };
-    if generated.is_some() && (cli.config.is_some() || cli.log_format.is_some()) {
+    let configured = cli.config.is_some() || cli.log_format.is_some() || cli.database.is_some();
+    if generated.is_some() && configured {
         eprintln!(
-            "leaderd: --config and --log-format mean nothing to `man` and `completions`, \
-             which print the same text whatever the configuration"
+            "leaderd: --config, --database and --log-format mean nothing to `man` and \
+             `completions`, which print the same text whatever the configuration"
         );
         return ExitCode::from(EXIT_USAGE);
     }
@@ -273,29 +324,38 @@ pub fn main() -> ExitCode {
     };
     // --config, else the default file if it exists, else none (defaults and variables).
     let file = cli.config.clone().or_else(crate::config::default_file);
-    let loaded =
-        Config::load(file.as_deref(), id).and_then(|config| match cli.command.election() {
+    let loaded = Config::load(file.as_deref(), id)
+        .and_then(|config| match cli.command.election() {
             Some(name) => config.with_election(name),
             None => Ok(config),
+        })
+        .and_then(|config| match &cli.database {
+            Some(url) => config.with_database(url),
+            None => Ok(config),
         });
-    let config = match loaded {
+    let (usage, name) = cli.command.database_use();
+    let config = loaded
+        .map_err(|error| error.to_string())
+        .and_then(|mut config| needs::database(&mut config, usage, name).map(|()| config));
+    let config = match config {
         Ok(config) => config,
-        Err(error) => {
-            eprintln!("leaderd: {error}");
-            return ExitCode::from(EXIT_CONFIG);
-        }
+        Err(error) => return fatal::before_logging(cli.log_format, &error, EXIT_CONFIG),
     };
     let level = match &cli.command {
         Command::Lock { args } => args.log_level().unwrap_or(&config.log.level),
         _ => &config.log.level,
     };
     // `writer` flushes the log at the end of main, before the last words on stderr.
-    let (log, writer) = logging::init(cli.log_format.unwrap_or(config.log.format), level);
+    let format = cli.log_format.unwrap_or(config.log.format);
+    let (log, writer) = logging::init(format, level);
     for fallback in &config.env_fallbacks {
         match fallback.from_hook {
             true => tracing::debug!(variable = fallback.variable, "{fallback}"),
             false => tracing::warn!(variable = fallback.variable, "{fallback}"),
         }
+    }
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
     }
     if !config.unknown_variables.is_empty() {
         tracing::warn!(
@@ -307,9 +367,8 @@ pub fn main() -> ExitCode {
     if let Command::CheckConfig | Command::Run { .. } = cli.command {
         // What the configuration points at: the status file's directory, the hooks.
         if let Err(error) = config.preflight() {
-            writer.finish();
-            eprintln!("leaderd: {error}");
-            return ExitCode::from(error.exit_code());
+            let status = error.exit_code();
+            return fatal::after_logging(format, writer, &error.to_string(), status);
         }
     }
     if let Command::CheckConfig = cli.command {
@@ -320,6 +379,12 @@ pub fn main() -> ExitCode {
                 crate::config::default_path().display()
             ),
         }
+        if config.database.source == crate::config::UrlSource::Default {
+            println!(
+                "# no database named: `leaderd run` uses the embedded default below, and \
+                 the other commands refuse to run without one"
+            );
+        }
         print!("{}", config.to_toml_redacted());
         writer.finish();
         return ExitCode::SUCCESS;
@@ -329,14 +394,19 @@ pub fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime starts");
+    let database = config.database.url.redacted();
     let result = runtime.block_on(async {
         writer.spawn_reporter();
         let done = |result: anyhow::Result<()>| result.map(|()| ExitCode::SUCCESS);
+        if let Some((true, new_flag)) = cli.command.known_election() {
+            operator::refuse_unknown(&config, new_flag).await?;
+        }
         match cli.command {
             Command::Run { id } => {
                 let source = ConfigSource {
                     file: file.clone(),
                     node_id: id,
+                    database: cli.database,
                 };
                 done(daemon::run(config, source, log).await)
             }
@@ -370,63 +440,14 @@ pub fn main() -> ExitCode {
     });
     // Database work still finishing in the background must not hold up the exit.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
-    writer.finish();
     match result {
-        Ok(code) => code,
-        Err(error) => {
-            // The whole chain, each part once (causes that repeat their source's text).
-            eprintln!(
-                "leaderd: {}",
-                crate::store::error_text::chain(error.as_ref())
-            );
-            let operator_status = error
-                .chain()
-                .find_map(|e| e.downcast_ref::<operator::OperatorError>())
-                .and_then(operator::OperatorError::exit_status);
-            if let Some(status) = operator_status {
-                ExitCode::from(status)
-            } else if error.chain().any(|e| e.is::<StoreError>()) {
-                ExitCode::from(EXIT_UNAVAILABLE)
-            } else if error
-                .chain()
-                .any(|e| e.is::<ConfigError>() || e.is::<hooks::ContainmentError>())
-            {
-                ExitCode::from(EXIT_CONFIG)
-            } else {
-                ExitCode::FAILURE
-            }
+        Ok(code) => {
+            writer.finish();
+            code
         }
-    }
-}
-
-/// The flags `resign` and `handover` share.
-#[derive(Debug, clap::Args)]
-struct StepDownFlags {
-    /// How long to wait for another node to take over.
-    #[arg(long, default_value = "30s", value_parser = duration::positive)]
-    wait: std::time::Duration,
-    /// How long the leader moved away from may not take the lead back by preemption
-    /// (`election.priority`); `0` lets it at once.
-    #[arg(long, default_value = "5m", value_parser = duration::zero_or_more)]
-    hold: std::time::Duration,
-    /// Step down even if no node could take over as far as the members table says
-    /// (resign), or without the named node's answer (handover).
-    #[arg(long)]
-    force: bool,
-    /// Only if N is the live term (exit 4 otherwise): repeats a command whose answer was
-    /// lost (exit 8) without asking the next leader too.
-    #[arg(long, value_name = "N")]
-    term: Option<i64>,
-}
-
-impl StepDownFlags {
-    fn command(self, to: Option<String>) -> operator::StepDownCommand {
-        operator::StepDownCommand {
-            to,
-            wait: self.wait,
-            hold: self.hold,
-            force: self.force,
-            poll: std::time::Duration::from_millis(20),
+        Err(error) => {
+            let (message, status) = fatal::outcome(&error, &database);
+            fatal::after_logging(format, writer, &message, status)
         }
     }
 }

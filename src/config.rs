@@ -8,6 +8,7 @@ mod load;
 mod names;
 mod preflight;
 mod secrets;
+mod timing;
 mod value;
 
 pub use crate::env_names::DEFAULT_CONFIG_VARIABLE;
@@ -154,6 +155,9 @@ pub struct Config {
     /// configuration variable (logged once, as one warning).
     #[serde(skip)]
     pub unknown_variables: Vec<String>,
+    /// Settings that are legal but unwise (`timing.rs`), logged once logging is up.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 /// `[node]`.
@@ -236,6 +240,25 @@ pub struct Database {
     /// What sits between leaderd and the database (PgBouncer's pool_mode).
     #[serde(deserialize_with = "value::pooler")]
     pub pooler: Pooler,
+    /// Where `url` came from: only `run` takes the embedded default.
+    #[serde(skip)]
+    pub source: UrlSource,
+}
+
+/// Where the database URL in force came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UrlSource {
+    /// Nothing named a database: the embedded default, [`DEFAULT_DATABASE_URL`].
+    #[default]
+    Default,
+    /// `database.url`, from the file or `LEADERD_DATABASE__URL`.
+    Url,
+    /// `database.url_file`.
+    UrlFile,
+    /// The systemd credential `database-url`.
+    Credential,
+    /// `--database URL`.
+    Flag,
 }
 
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://leaderd.sqlite3";
@@ -252,6 +275,7 @@ impl Default for Database {
             query_timeout: Duration::ZERO,
             migrate: true,
             pooler: Pooler::None,
+            source: UrlSource::Default,
         }
     }
 }
@@ -370,27 +394,51 @@ impl Config {
         toml::to_string(self).unwrap_or_else(|error| format!("# cannot be shown: {error}\n"))
     }
 
-    /// The keys whose change a reload cannot apply (they need a restart): every section but
-    /// the hooks (apart from their containment) and the log level.
-    pub fn needs_restart(&self, new: &Config) -> Vec<&'static str> {
-        let mut changed = Vec::new();
-        let mut compare = |key: &'static str, differs: bool| {
-            if differs {
-                changed.push(key);
-            }
-        };
-        compare("node", self.node != new.node);
-        compare("election", self.election != new.election);
-        compare("database", self.database != new.database);
-        compare("status", self.status != new.status);
-        compare("http", self.http != new.http);
-        compare("log.format", self.log.format != new.log.format);
-        compare(
-            "hooks.containment",
-            self.hooks.containment != new.hooks.containment,
-        );
-        compare("kubernetes", self.kubernetes != new.kubernetes);
+    /// The keys whose change a reload cannot apply (they need a restart), each once:
+    /// every key but the hooks' (apart from their containment) and the log level. The
+    /// query timeout counts only where it is set, not where it follows the ttl.
+    pub fn needs_restart(&self, new: &Config) -> Vec<String> {
+        let (old_keys, new_keys) = (self.keys(), new.keys());
+        let mut names: Vec<&String> = old_keys.keys().chain(new_keys.keys()).collect();
+        names.sort();
+        names.dedup();
+        let follows_ttl = |c: &Config| c.database.query_timeout == c.election.ttl;
+        let mut changed: Vec<String> = names
+            .into_iter()
+            .filter(|key| old_keys.get(*key) != new_keys.get(*key))
+            .filter(|key| {
+                (!key.starts_with("hooks.") || *key == "hooks.containment")
+                    && *key != "log.level"
+                    && (*key != "database.query_timeout"
+                        || !(follows_ttl(self) && follows_ttl(new)))
+            })
+            .cloned()
+            .collect();
+        // The printed URL hides the password; a rotated one is a change all the same.
+        if self.database.url != new.database.url && !changed.iter().any(|k| k == "database.url") {
+            changed.push("database.url (its password)".to_owned());
+        }
         changed
+    }
+
+    /// Every `section.key` as printed (a table below a key, such as
+    /// `election.health_check`, counts as one value).
+    fn keys(&self) -> std::collections::BTreeMap<String, toml::Value> {
+        let table = toml::Table::try_from(self).unwrap_or_default();
+        let mut keys = std::collections::BTreeMap::new();
+        for (section, value) in table {
+            match value {
+                toml::Value::Table(entries) => {
+                    for (key, value) in entries {
+                        keys.insert(format!("{section}.{key}"), value);
+                    }
+                }
+                other => {
+                    keys.insert(section, other);
+                }
+            }
+        }
+        keys
     }
 }
 

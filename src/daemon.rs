@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, UrlSource};
 use crate::election::{ClaimGate, Election, ElectionSettings, Status};
 use crate::hooks::health::{self, HealthWiring};
 use crate::hooks::{self, HookContext, Hooks};
@@ -19,6 +19,10 @@ use crate::standing::Standing;
 use crate::store::{SqlStore, Timeouts};
 use crate::{http, kubernetes, members, signals, status_file, systemd};
 
+/// What a stop may take besides `hooks.shutdown_timeout` and the release: the grace
+/// between a hook's SIGTERM and its SIGKILL.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// How long a stopping node waits for its member record to say `stopped`.
 pub(crate) const MEMBER_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -26,6 +30,8 @@ pub(crate) const MEMBER_STOP_WAIT: std::time::Duration = std::time::Duration::fr
 pub struct ConfigSource {
     pub file: Option<PathBuf>,
     pub node_id: Option<String>,
+    /// `--database URL`.
+    pub database: Option<String>,
 }
 
 pub fn store(config: &Config, migrate: bool) -> SqlStore {
@@ -41,9 +47,8 @@ pub fn store(config: &Config, migrate: bool) -> SqlStore {
 
 pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow::Result<()> {
     // Before anything slow, so that a stop during start-up is a clean one.
-    let shutdown = signals::shutdown_signal().context("cannot install signal handlers")?;
-    let mut reload_requests =
-        signals::reload_requests().context("cannot install signal handlers")?;
+    let (shutdown, mut reload_requests) =
+        signals::daemon_signals().context("cannot install signal handlers")?;
     info!(
         election = %config.election.name,
         node = %config.node.id,
@@ -52,6 +57,34 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         interval = %humantime::format_duration(config.election.interval),
         "leaderd starting"
     );
+    // The stop sequence (the hooks, then the release) must fit in systemd's stop timeout,
+    // or systemd kills the node before it released and failover waits a ttl.
+    let stop_needs = config.hooks.shutdown_timeout + config.database.query_timeout + STOP_GRACE;
+    tokio::spawn(async move {
+        if let Some(limit) = systemd::unit_stop_timeout()
+            .await
+            .filter(|l| *l < stop_needs)
+        {
+            warn!(
+                "hooks.shutdown_timeout, the release (database.query_timeout) and the hooks' \
+                 kill grace take up to {} at a stop, more than this unit's TimeoutStopSec ({}): \
+                 systemd would kill leaderd before it released; raise TimeoutStopSec in a \
+                 drop-in, or lower hooks.shutdown_timeout",
+                humantime::format_duration(stop_needs),
+                humantime::format_duration(limit)
+            );
+        }
+    });
+    if config.database.source == UrlSource::Default {
+        let here = std::env::current_dir().unwrap_or_default();
+        warn!(
+            "no database configured: using the embedded default {} in {}, a database of \
+             this host alone; set database.url (LEADERD_DATABASE__URL) for an election \
+             among hosts",
+            config.database.url,
+            here.display()
+        );
+    }
     let settings = ElectionSettings::new(
         &config.election.name,
         &config.node.id,
@@ -255,7 +288,15 @@ pub(crate) async fn serve_until_shutdown<T, L: Future<Output = T>>(
 /// a file on a hung file system must not stall renewals.
 async fn load_again(source: &ConfigSource) -> anyhow::Result<Config> {
     let (file, node_id) = (source.file.clone(), source.node_id.clone());
-    off_the_loop(move || Config::load(file.as_deref(), node_id.as_deref())).await
+    let database = source.database.clone();
+    off_the_loop(move || {
+        let config = Config::load(file.as_deref(), node_id.as_deref())?;
+        match &database {
+            Some(url) => config.with_database(url),
+            None => Ok(config),
+        }
+    })
+    .await
 }
 
 /// Runs a blocking `load` on tokio's blocking threads.
@@ -280,10 +321,11 @@ fn reload(
         ),
         Ok(new) => {
             let old = &*running;
-            for key in old.needs_restart(&new) {
+            let keys = old.needs_restart(&new).join(", ");
+            if !keys.is_empty() {
                 warn!(
-                    key,
-                    "changed in the configuration but applies only after a restart"
+                    keys = %keys,
+                    "changed in the configuration but applied only after a restart: {keys}"
                 );
             }
             if new.hooks != old.hooks {

@@ -6,7 +6,8 @@
 
 use crate::config::Config;
 use crate::daemon::store;
-use crate::store::{SqlStore, StoreError};
+use crate::lock::LOCK_ROW_PREFIX;
+use crate::store::{ControlStore, LeaseStore, SqlStore, StoreError};
 
 mod member_report;
 mod pause;
@@ -36,6 +37,9 @@ pub const EXIT_NO_CANDIDATE: u8 = 7;
 /// `resign`, `handover`, `pause`, `resume`: the command was sent, but its answer was lost,
 /// so it may or may not have been written.
 pub const EXIT_IN_DOUBT: u8 = 8;
+/// Every command on an election: it has no row and no member (sysexits.h EX_NOUSER,
+/// "addressee unknown"), and `--new` was not given.
+pub const EXIT_UNKNOWN_ELECTION: u8 = 67;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OperatorError {
@@ -50,6 +54,17 @@ pub enum OperatorError {
         election: String,
         #[source]
         source: StoreError,
+    },
+    #[error(
+        "election {election:?} is unknown: the database ({database}) has no row and no \
+         member for it{hint}"
+    )]
+    UnknownElection {
+        election: String,
+        /// Redacted.
+        database: String,
+        /// The election meant, the live ones, and `--new` where the command takes it.
+        hint: String,
     },
     #[error(
         "the answer to the command was lost, so it may or may not have been written to \
@@ -70,6 +85,7 @@ impl OperatorError {
     pub fn exit_status(&self) -> Option<u8> {
         match self {
             OperatorError::InDoubt { .. } => Some(EXIT_IN_DOUBT),
+            OperatorError::UnknownElection { .. } => Some(EXIT_UNKNOWN_ELECTION),
             _ => None,
         }
     }
@@ -86,6 +102,7 @@ fn in_doubt(error: &StoreError) -> bool {
             | StoreError::Tls { .. }
             | StoreError::ConnectTimeout { .. }
             | StoreError::SchemaOutdated { .. }
+            | StoreError::PermissionDenied { .. }
             | StoreError::Migration(_)
             | StoreError::MigrationLockTimeout { .. }
             | StoreError::TransactionPooler { .. }
@@ -111,4 +128,55 @@ fn write_failed(
 
 fn commands_store(config: &Config) -> SqlStore {
     store(config, false)
+}
+
+/// Refuses an election that has no row and no member (a typo, most often: patronictl
+/// refuses an unknown cluster too), naming the live elections and the one probably meant.
+/// `new_flag` is the flag that accepts a new election, where the command has one.
+pub async fn refuse_unknown(config: &Config, new_flag: Option<&str>) -> Result<(), OperatorError> {
+    let election = config.election.name.as_str();
+    let read = |source| OperatorError::Read {
+        election: election.to_owned(),
+        source,
+    };
+    let mut store = store(config, false).read_only();
+    if store.get(election).await.map_err(read)?.is_some()
+        || !store.members(election).await.map_err(read)?.is_empty()
+    {
+        return Ok(());
+    }
+    // A hint only: a role that may not list the table gets none.
+    let live: Vec<String> = match store.held_rows().await {
+        Ok(rows) => rows
+            .into_iter()
+            .map(|row| row.name)
+            .filter(|name| !name.starts_with(LOCK_ROW_PREFIX))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    let mut hint = String::new();
+    let meant = live
+        .iter()
+        .map(|name| (strsim::damerau_levenshtein(election, name), name))
+        .filter(|(distance, name)| *distance <= (name.len() / 4).clamp(1, 3))
+        .min_by_key(|(distance, _)| *distance);
+    if let Some((_, meant)) = meant {
+        hint.push_str(&format!("; did you mean {meant:?}?"));
+    }
+    if !live.is_empty() {
+        hint.push_str(&format!(
+            " (elections with a leader now: {})",
+            live.join(", ")
+        ));
+    }
+    if let Some(flag) = new_flag {
+        hint.push_str(&format!(
+            "; {flag} acts on an election that no node has joined yet"
+        ));
+    }
+    Err(OperatorError::UnknownElection {
+        election: election.to_owned(),
+        database: config.database.url.redacted(),
+        hint,
+    })
 }

@@ -1,43 +1,53 @@
-//! Signals, turned into one shutdown future at the edge of the program, and channels of the
-//! signals passed on (reloads, a lock's command), all on tokio's own signal handling.
+//! Signals, delivered by signal-hook (`signal-hook-tokio`'s stream) and turned at the edge
+//! of the program into one shutdown future and a stream of reload requests, or passed on
+//! (a lock's command).
 
+use futures_util::StreamExt;
 use nix::sys::signal::Signal;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+use signal_hook_tokio::Signals;
 use std::future::Future;
-use tokio::signal::unix::SignalKind;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
-/// Every one of `signals` from now on, as `message` of it, as it arrives. Handlers are
-/// installed before this returns; each stays installed for the life of the process
-/// (tokio's rule).
+/// Every one of `signals` from now on, as `message` of it, as it arrives. The handlers are
+/// installed before this returns and stay for the life of the process: a signal that
+/// arrives while nobody reads is still caught, not left to its default action.
 fn every<T: Send + 'static>(
-    signals: &[Signal],
-    message: fn(Signal) -> T,
+    signals: &[i32],
+    message: fn(i32) -> Option<T>,
 ) -> std::io::Result<mpsc::UnboundedReceiver<T>> {
+    let mut stream = Signals::new(signals)?;
     let (sender, receiver) = mpsc::unbounded_channel();
-    for &signal in signals {
-        let mut arrivals = tokio::signal::unix::signal(SignalKind::from_raw(signal as i32))?;
-        let sender = sender.clone();
-        tokio::spawn(async move {
-            while arrivals.recv().await.is_some() {
-                if sender.send(message(signal)).is_err() {
-                    break;
-                }
+    tokio::spawn(async move {
+        while let Some(signal) = stream.next().await {
+            let Some(message) = message(signal) else {
+                continue;
+            };
+            if sender.send(message).is_err() {
+                break;
             }
-        });
-    }
+        }
+    });
     Ok(receiver)
 }
 
-/// Resolves on the first SIGTERM or SIGINT. A second one ends the process at once (exit
-/// status 128 + signal number): the lease then lapses on its own.
-pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
-    let mut signals = every(&[Signal::SIGTERM, Signal::SIGINT], |signal| signal)?;
-    let (first, first_received) = tokio::sync::oneshot::channel::<()>();
+/// Resolves on the first of `stops`. A second one ends the process at once (exit status
+/// 128 + signal number): the lease then lapses on its own. Every `reload` signal goes to
+/// the returned channel.
+fn split(
+    mut signals: mpsc::UnboundedReceiver<i32>,
+    reload: Option<i32>,
+) -> (impl Future<Output = ()>, mpsc::UnboundedReceiver<()>) {
+    let (first, first_received) = oneshot::channel::<()>();
+    let (reloads, reload_requests) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut first = Some(first);
-        while let Some(signal) = signals.recv().await {
-            let number = signal as i32;
+        while let Some(number) = signals.recv().await {
+            if Some(number) == reload {
+                let _ = reloads.send(());
+                continue;
+            }
             match first.take() {
                 Some(first) => {
                     info!(signal = number, "stopping: stepping down");
@@ -50,24 +60,31 @@ pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
             }
         }
     });
-    Ok(async move {
+    let shutdown = async move {
         let _ = first_received.await;
-    })
+    };
+    (shutdown, reload_requests)
+}
+
+/// `leaderd run`'s signals: the one shutdown future (the first SIGTERM or SIGINT; a second
+/// exits at once), and every SIGHUP from now on, a request to reload the configuration.
+pub fn daemon_signals() -> std::io::Result<(impl Future<Output = ()>, mpsc::UnboundedReceiver<()>)>
+{
+    Ok(split(
+        every(&[SIGTERM, SIGINT, SIGHUP], Some)?,
+        Some(SIGHUP),
+    ))
+}
+
+/// Resolves on the first SIGTERM or SIGINT; a second one exits at once (`leaderd watch`).
+pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
+    Ok(split(every(&[SIGTERM, SIGINT], Some)?, None).0)
 }
 
 /// Every SIGTERM, SIGINT, SIGHUP and SIGQUIT from now on, for passing on to a child
 /// (`leaderd lock`): the channel yields each one as it arrives.
 pub fn forwarded_signals() -> std::io::Result<mpsc::UnboundedReceiver<Signal>> {
-    let forwarded = [
-        Signal::SIGTERM,
-        Signal::SIGINT,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-    ];
-    every(&forwarded, |signal| signal)
-}
-
-/// Every SIGHUP from now on: a request to reload the configuration.
-pub fn reload_requests() -> std::io::Result<mpsc::UnboundedReceiver<()>> {
-    every(&[Signal::SIGHUP], |_| ())
+    every(&[SIGTERM, SIGINT, SIGHUP, SIGQUIT], |number| {
+        Signal::try_from(number).ok()
+    })
 }

@@ -122,7 +122,11 @@ async fn lock(config: Config, args: LockArgs) -> anyhow::Result<(u8, Outcome)> {
             return Ok((cron.conflict_exit_code, Outcome::Held));
         }
         Err(error) => {
-            eprintln!("leaderd: {error}");
+            let url = config.database.url.redacted();
+            eprintln!(
+                "leaderd: {}",
+                super::needs::naming_database(error.to_string(), &url)
+            );
             return Ok((EXIT_UNAVAILABLE, Outcome::Unavailable));
         }
     };

@@ -52,6 +52,10 @@ const EXIT_STATUS: &[(&str, &str)] = &[
         "resign, handover, pause, resume: the answer to the command was lost; it may or may not have been carried out (the message says how to repeat it harmlessly).",
     ),
     (
+        "67",
+        "status, resign, handover, pause, resume, watch, wait: the election has no row and no member (EX_NOUSER; --new accepts one no node has joined yet).",
+    ),
+    (
         "69",
         "The database cannot be reached or used (EX_UNAVAILABLE); the message gives the cause.",
     ),
@@ -69,7 +73,7 @@ const EXIT_STATUS: &[(&str, &str)] = &[
     ),
     (
         "78",
-        "A bad configuration (EX_CONFIG): an invalid or unknown key, a LEADERD_* variable close to a configuration variable, a hook whose program is missing or not executable.",
+        "A bad configuration (EX_CONFIG): an invalid or unknown key, a database URL the driver would refuse, a LEADERD_* variable close to a configuration variable, a hook whose program is missing or not executable, no database named for a command other than run.",
     ),
     (
         "124",

@@ -43,6 +43,13 @@ pub(super) struct WaitArgs {
     timeout: Option<Duration>,
 }
 
+impl WaitArgs {
+    /// Whether the condition is read from the database (not the status file).
+    pub(super) fn reads_database(&self) -> bool {
+        !matches!(self.until, Until::Leader | Until::Follower)
+    }
+}
+
 pub(super) async fn wait(config: Config, args: WaitArgs) -> anyhow::Result<ExitCode> {
     let give_up = args.timeout.and_then(|t| Instant::now().checked_add(t));
     let held = match args.until {

@@ -1,8 +1,12 @@
-//! Reading the configuration: the TOML file and the `LEADERD_<SECTION>__<KEY>` variables
-//! merged into one table, unknown keys refused, the table read into the section structs,
-//! and the rules that join keys checked. Every rule about a name or a timing is the
-//! election's own (`election::settings`), reported under the configuration key.
+//! Reading the configuration: config-rs layers the built-in defaults, the TOML file and the
+//! `LEADERD_<SECTION>__<KEY>` variables (`__` between section and key), unknown keys are
+//! refused with a "did you mean", and the layers are read into the section structs (whose
+//! serde defaults are the one place each key's default is written). Then the rules that
+//! join keys are checked. Every rule about a name or a timing is the election's own
+//! (`election::settings`), reported under the configuration key.
 
+use ::config::builder::DefaultState;
+use ::config::{ConfigBuilder, Environment, Map, Source, Value, ValueKind};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -11,6 +15,9 @@ use super::{Config, ConfigError, EnvFallback, invalid};
 use crate::env_names::{ENV_PREFIX, is_config_variable, variable_of};
 use crate::kubernetes::KubernetesConfig;
 use crate::store::{Backend, Pooler};
+
+/// The layers before the loader's own defaults: the file, then the environment.
+type Layers = ConfigBuilder<DefaultState>;
 
 impl Config {
     /// Reads `file` (if given) and the environment, then validates. `node_id` (from
@@ -30,10 +37,13 @@ impl Config {
         if let Some((variable, meant)) = strays.near_miss {
             return Err(ConfigError::NearMiss { variable, meant });
         }
-        let mut table = match file {
-            Some(path) => read_file(path)?,
-            None => toml::Table::new(),
-        };
+        let mut layers = ::config::Config::builder();
+        if let Some(path) = file {
+            layers = layers.add_source(TomlFile {
+                origin: path.display().to_string(),
+                table: read_file(path)?,
+            });
+        }
         // Only LEADERD_<SECTION>__<KEY> names are configuration; the LEADERD_* variables
         // that leaderd hands to its hooks (LEADERD_TERM, …) are not.
         let mut overrides: Vec<(&String, &String)> = env
@@ -41,12 +51,20 @@ impl Config {
             .filter(|(name, _)| is_config_variable(name))
             .collect();
         overrides.sort();
-        for (name, value) in &overrides {
-            set(&mut table, &path_of(name), value);
-        }
-        reject_unknown_keys(&table, &overrides, file)?;
-        let env_fallbacks = fill_node_and_election(&mut table, env, node_id)?;
-        let mut config = read_sections(table)?;
+        let variables = overrides
+            .iter()
+            .map(|(name, value)| ((*name).clone(), (*value).clone()))
+            .collect();
+        layers = layers.add_source(
+            Environment::with_prefix(ENV_PREFIX.trim_end_matches('_'))
+                .prefix_separator("_")
+                .separator("__")
+                .source(Some(variables)),
+        );
+        let written = layers.build_cloned().map_err(layering)?;
+        reject_unknown_keys(&sections(&written)?, &overrides, file)?;
+        let (layers, env_fallbacks) = fill_node_and_election(layers, &written, env, node_id)?;
+        let mut config = read_sections(layers.build().map_err(layering)?)?;
         config.check(env)?;
         config.env_fallbacks = env_fallbacks;
         config.unknown_variables = strays.unknown;
@@ -66,6 +84,9 @@ impl Config {
                 "names starting with \"lock:\" are the rows of `leaderd lock`; choose another",
             ));
         }
+        let query_timeout_set = !self.database.query_timeout.is_zero();
+        self.check_timing(query_timeout_set)?;
+        let e = &self.election;
         let database = &mut self.database;
         // A statement that outlives the lease is no use to the leader: its deadline is gone.
         if database.query_timeout.is_zero() {
@@ -96,86 +117,152 @@ fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
     text.parse()
         .map_err(|error: toml::de::Error| ConfigError::Syntax {
             path: path.to_owned(),
-            message: error.to_string().trim_end().to_owned(),
+            message: syntax_message(&text, &error),
         })
 }
 
-/// The key path a configuration variable sets: `LEADERD_ELECTION__TTL` → election, ttl.
-fn path_of(variable: &str) -> Vec<String> {
-    variable
-        .strip_prefix(ENV_PREFIX)
-        .unwrap_or(variable)
-        .split("__")
-        .map(str::to_lowercase)
+/// A TOML error in one line (toml's own display draws the line with a caret under it):
+/// where, and what.
+fn syntax_message(text: &str, error: &toml::de::Error) -> String {
+    let message = error.message().trim_end().replace('\n', "; ");
+    match error.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message,
+    }
+}
+
+/// The file as a layer: its tables as config-rs values, each naming the file it came from.
+#[derive(Debug, Clone)]
+struct TomlFile {
+    origin: String,
+    table: toml::Table,
+}
+
+impl Source for TomlFile {
+    fn clone_into_box(&self) -> Box<dyn Source + Send + Sync> {
+        Box::new(self.clone())
+    }
+
+    fn collect(&self) -> Result<Map<String, Value>, ::config::ConfigError> {
+        Ok(table_value(&self.origin, &self.table))
+    }
+}
+
+fn table_value(origin: &String, table: &toml::Table) -> Map<String, Value> {
+    table
+        .iter()
+        .map(|(key, value)| (key.clone(), toml_value(origin, value)))
         .collect()
 }
 
-/// Sets `value` at `path`, making the tables on the way (over whatever the file had there).
-fn set(table: &mut toml::Table, path: &[String], value: &str) {
-    let Some((last, parents)) = path.split_last() else {
-        return;
-    };
-    let mut table = table;
-    for name in parents {
-        let entry = table
-            .entry(name.clone())
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        if !entry.is_table() {
-            *entry = toml::Value::Table(toml::Table::new());
+fn toml_value(origin: &String, value: &toml::Value) -> Value {
+    let kind = match value {
+        toml::Value::String(text) => ValueKind::String(text.clone()),
+        toml::Value::Integer(n) => ValueKind::I64(*n),
+        toml::Value::Float(x) => ValueKind::Float(*x),
+        toml::Value::Boolean(flag) => ValueKind::Boolean(*flag),
+        toml::Value::Datetime(when) => ValueKind::String(when.to_string()),
+        toml::Value::Array(items) => {
+            ValueKind::Array(items.iter().map(|v| toml_value(origin, v)).collect())
         }
-        table = entry.as_table_mut().expect("made a table above");
-    }
-    table.insert(last.clone(), toml::Value::String(value.to_owned()));
+        toml::Value::Table(table) => ValueKind::Table(table_value(origin, table)),
+    };
+    Value::new(Some(origin), kind)
 }
 
-/// The value at a dotted key, if the table has one.
-fn lookup<'a>(table: &'a toml::Table, key: &str) -> Option<&'a toml::Value> {
-    let mut parts = key.split('.');
-    let mut value = table.get(parts.next()?)?;
-    for part in parts {
-        value = value.as_table()?.get(part)?;
-    }
-    Some(value)
+/// config-rs's own failures: none is expected of these sources and keys.
+fn layering(error: ::config::ConfigError) -> ConfigError {
+    ConfigError::Section(format!("cannot read the configuration: {error}"))
 }
 
-/// The table read into the section structs. A refusal names the key and the value, unless
+/// The sections the layers hold, each with its keys (a section given as a plain value has
+/// none: deserialization reports it).
+fn sections(layered: &::config::Config) -> Result<Vec<(String, Vec<String>)>, ConfigError> {
+    let mut sections: Vec<(String, Vec<String>)> = layered
+        .collect()
+        .map_err(layering)?
+        .into_iter()
+        .map(|(section, value)| {
+            let mut keys: Vec<String> = match value.into_table() {
+                Ok(table) => table.into_keys().collect(),
+                Err(_) => Vec::new(),
+            };
+            keys.sort();
+            (section, keys)
+        })
+        .collect();
+    sections.sort();
+    Ok(sections)
+}
+
+/// The layers read into the section structs. A refusal names the key and the value, unless
 /// it names its own (a `[hooks]` entry's key is deeper than the section).
-fn read_sections(table: toml::Table) -> Result<Config, ConfigError> {
-    serde_path_to_error::deserialize(toml::Value::Table(table.clone())).map_err(|error| {
-        let key = error.path().to_string();
-        let reason = error.inner().message().to_owned();
-        if reason.starts_with(&key) {
+fn read_sections(layered: ::config::Config) -> Result<Config, ConfigError> {
+    let values = layered.clone();
+    layered.try_deserialize().map_err(|error| {
+        let (key, reason) = match &error {
+            ::config::ConfigError::At {
+                error,
+                key: Some(key),
+                ..
+            } => (key.clone(), error.to_string()),
+            ::config::ConfigError::Type {
+                unexpected,
+                expected,
+                key: Some(key),
+                ..
+            } => (
+                key.clone(),
+                format!("invalid type: {unexpected}, expected {expected}"),
+            ),
+            other => (String::new(), other.to_string()),
+        };
+        if key.is_empty() || reason.starts_with(&key) {
             return ConfigError::Section(reason);
         }
-        let value = match lookup(&table, &key) {
-            Some(toml::Value::String(text)) => text.clone(),
-            Some(other) => other.to_string(),
-            None => String::new(),
-        };
+        let value = values
+            .get::<Value>(&key)
+            .map(|value| value.to_string())
+            .unwrap_or_default();
         invalid(&key, value, reason)
     })
 }
 
-/// Puts `node.id` and `election.name` into the table where nothing set them: `--id` first,
-/// then the hook variables (below), then the host name for the id.
+/// Puts `node.id` and `election.name` in where nothing set them: `--id` over everything,
+/// then as defaults the hook variables (below), then the host name for the id.
 fn fill_node_and_election(
-    table: &mut toml::Table,
+    mut layers: Layers,
+    written: &::config::Config,
     env: &HashMap<String, String>,
     node_id: Option<&str>,
-) -> Result<Vec<EnvFallback>, ConfigError> {
+) -> Result<(Layers, Vec<EnvFallback>), ConfigError> {
+    let set = |key: &str| written.get::<Value>(key).is_ok();
     if let Some(id) = node_id {
-        set(table, &["node".into(), "id".into()], id);
+        layers = layers.set_override("node.id", id).map_err(layering)?;
     }
-    let fallbacks = hook_variable_fallbacks(table, env);
-    if lookup(table, "node.id").is_none() {
+    let mut fallbacks = Vec::new();
+    for fallback in hook_variable_fallbacks(env) {
+        if set(fallback.0.key) || (fallback.0.key == "node.id" && node_id.is_some()) {
+            continue;
+        }
+        layers = layers
+            .set_default(fallback.0.key, fallback.1)
+            .map_err(layering)?;
+        fallbacks.push(fallback.0);
+    }
+    let id_given = set("node.id") || node_id.is_some();
+    if !id_given && !fallbacks.iter().any(|f| f.key == "node.id") {
         let host = hostname::get().map_err(ConfigError::Hostname)?;
-        set(
-            table,
-            &["node".into(), "id".into()],
-            &host.to_string_lossy(),
-        );
+        layers = layers
+            .set_default("node.id", host.to_string_lossy().into_owned())
+            .map_err(layering)?;
     }
-    Ok(fallbacks)
+    Ok((layers, fallbacks))
 }
 
 /// `LEADERD_NODE_ID` and `LEADERD_ELECTION` look like configuration variables but are not
@@ -189,31 +276,25 @@ fn fill_node_and_election(
 /// hook's child, and what the hand who set it meant. The caller logs each one taken — a
 /// warning naming the real variable, or a debug line under a hook (`LEADERD_EVENT` set),
 /// where it is expected.
-fn hook_variable_fallbacks(
-    table: &mut toml::Table,
-    env: &HashMap<String, String>,
-) -> Vec<EnvFallback> {
+fn hook_variable_fallbacks(env: &HashMap<String, String>) -> Vec<(EnvFallback, String)> {
     let from_hook = env.contains_key("LEADERD_EVENT");
     let mut taken = Vec::new();
-    for (variable, key) in [
-        ("LEADERD_NODE_ID", "node.id"),
-        ("LEADERD_ELECTION", "election.name"),
+    for (variable, key, instead) in [
+        ("LEADERD_NODE_ID", "node.id", "LEADERD_NODE__ID"),
+        (
+            "LEADERD_ELECTION",
+            "election.name",
+            "LEADERD_ELECTION__NAME",
+        ),
     ] {
-        if lookup(table, key).is_some() {
-            continue;
-        }
         if let Some(value) = env.get(variable).filter(|v| !v.is_empty()) {
-            let path: Vec<String> = key.split('.').map(str::to_owned).collect();
-            set(table, &path, value);
-            taken.push(EnvFallback {
+            let fallback = EnvFallback {
                 variable,
                 key,
-                instead: match key {
-                    "node.id" => "LEADERD_NODE__ID",
-                    _ => "LEADERD_ELECTION__NAME",
-                },
+                instead,
                 from_hook,
-            });
+            };
+            taken.push((fallback, value.clone()));
         }
     }
     taken
@@ -288,7 +369,7 @@ fn variable_for<'a>(key: &str, overrides: &[(&'a String, &String)]) -> Option<&'
 }
 
 fn reject_unknown_keys(
-    table: &toml::Table,
+    sections: &[(String, Vec<String>)],
     overrides: &[(&String, &String)],
     file: Option<&Path>,
 ) -> Result<(), ConfigError> {
@@ -306,27 +387,17 @@ fn reject_unknown_keys(
         ConfigError::UnknownKey { key, origin, hint }
     };
     let known = known_keys();
-    let mut sections: Vec<_> = table.iter().collect();
-    sections.sort_by(|a, b| a.0.cmp(b.0));
-    for (section, value) in sections {
-        let Some((_, keys)) = known.iter().find(|(s, _)| s == section) else {
+    for (section, keys) in sections {
+        let Some((_, known_keys)) = known.iter().find(|(s, _)| s == section) else {
             // Name a key under it too, so that the variable and the suggestion are whole.
-            let key = match value.as_table().and_then(|t| t.keys().min()) {
+            let key = match keys.first() {
                 Some(key) => format!("{section}.{key}"),
                 None => section.clone(),
             };
             return Err(unknown(key));
         };
-        // A section given as a plain value is a type error that deserialization reports.
-        if let Some(table) = value.as_table() {
-            let mut table_keys: Vec<&String> = table.keys().collect();
-            table_keys.sort();
-            if let Some(key) = table_keys
-                .into_iter()
-                .find(|key| !keys.contains(&key.as_str()))
-            {
-                return Err(unknown(format!("{section}.{key}")));
-            }
+        if let Some(key) = keys.iter().find(|key| !known_keys.contains(&key.as_str())) {
+            return Err(unknown(format!("{section}.{key}")));
         }
     }
     Ok(())

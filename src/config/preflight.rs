@@ -20,6 +20,12 @@ pub enum PreflightError {
         dir: PathBuf,
         reason: String,
     },
+    #[error(
+        "status.path = {path:?} is a directory; status.path names the file leaderd writes \
+         (e.g. {})",
+        path.join("leaderd.status.json").display()
+    )]
+    StatusIsDirectory { path: PathBuf },
     #[error("{key}: cannot run {program:?}: {reason}")]
     HookProgram {
         /// The hook's key, e.g. `hooks.on_elected`.
@@ -34,7 +40,7 @@ impl PreflightError {
     /// `cli::EXIT_CANT_CREATE` and `cli::EXIT_CONFIG`; no import, so no cycle).
     pub fn exit_code(&self) -> u8 {
         match self {
-            PreflightError::StatusDirectory { .. } => 73,
+            PreflightError::StatusDirectory { .. } | PreflightError::StatusIsDirectory { .. } => 73,
             PreflightError::HookProgram { .. } => 78,
         }
     }
@@ -85,6 +91,13 @@ impl Config {
 }
 
 fn check_status_directory(path: &Path) -> Result<(), PreflightError> {
+    // A directory there: the writer's rename onto it fails while the node leads, and the
+    // release, which waits for the file, is withheld at stop.
+    if path.is_dir() {
+        return Err(PreflightError::StatusIsDirectory {
+            path: path.to_owned(),
+        });
+    }
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
         _ => PathBuf::from("."),

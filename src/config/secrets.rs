@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{ConfigError, DEFAULT_DATABASE_URL, Database, invalid};
+use super::{Config, ConfigError, DEFAULT_DATABASE_URL, Database, UrlSource, invalid};
 use crate::store::{Backend, DatabaseUrl};
 
 /// The systemd credentials leaderd reads from `$CREDENTIALS_DIRECTORY` when the
@@ -51,25 +51,34 @@ pub(super) fn resolve(
         })
     };
     let url = match (&database.url_file, &database.url_text) {
-        (Some(_), Some(url)) => {
+        (Some(path), Some(url)) => {
+            let url = DatabaseUrl::parse(url).map_or_else(|e| e.url, |u| u.redacted());
             return Err(invalid(
                 "database.url_file",
-                DatabaseUrl::parse(url).map_or_else(|e| e.url, |u| u.redacted()),
-                "database.url is set too; set one of them",
+                path.display(),
+                format!("database.url is set too ({url}); set one of them"),
             ));
         }
-        (Some(path), None) => from_file("database.url_file", path)?,
-        (None, Some(url)) => DatabaseUrl::parse(url)?,
+        (Some(path), None) => (from_file("database.url_file", path)?, UrlSource::UrlFile),
+        (None, Some(url)) => (DatabaseUrl::parse(url)?, UrlSource::Url),
         (None, None) => match credential(credentials, CREDENTIAL_URL) {
-            Some(path) => from_file("database.url_file", &path)?,
-            None => DatabaseUrl::parse(DEFAULT_DATABASE_URL)?,
+            Some(path) => (
+                from_file("database.url_file", &path)?,
+                UrlSource::Credential,
+            ),
+            None => (
+                DatabaseUrl::parse(DEFAULT_DATABASE_URL)?,
+                UrlSource::Default,
+            ),
         },
     };
+    let (url, source) = url;
+    database.source = source;
     database.url = with_password(url, database.password_file.as_ref(), credentials)?;
     Ok(())
 }
 
-fn with_password(
+pub(super) fn with_password(
     url: DatabaseUrl,
     password_file: Option<&PathBuf>,
     credentials: Option<&String>,
@@ -92,4 +101,18 @@ fn with_password(
             url: url.redacted(),
             reason,
         })
+}
+
+impl Config {
+    /// This configuration on the database `url` (`--database URL`), which wins over
+    /// `database.url`, `database.url_file` and the credential; `database.password_file`
+    /// and `database.pooler` still apply.
+    pub fn with_database(mut self, url: &str) -> Result<Self, ConfigError> {
+        let database = &mut self.database;
+        let parsed = DatabaseUrl::parse(url).map_err(|e| invalid("--database", e.url, e.reason))?;
+        database.url = with_password(parsed, database.password_file.as_ref(), None)?
+            .with_pooler(database.pooler);
+        database.source = UrlSource::Flag;
+        Ok(self)
+    }
 }

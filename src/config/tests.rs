@@ -281,7 +281,10 @@ fn database_secrets_from_files_and_credentials() {
         &[],
     );
     assert!(
-        e.contains("set one of them") && !e.contains("s3cret"),
+        e.starts_with(&format!(
+            "database.url_file = \"{d}/url\": database.url is set too \
+             (postgres://u:***@h/x); set one of them"
+        )) && !e.contains("s3cret"),
         "{e}"
     );
     std::fs::remove_dir_all(dir).unwrap();
@@ -369,7 +372,7 @@ fn hook_variables_stand_in_for_unset_node_id_and_election_name() {
 }
 
 #[test]
-fn a_reload_names_the_sections_that_need_a_restart() {
+fn a_reload_names_the_keys_that_need_a_restart() {
     let old = load("[database]\nurl = \"postgres://u:one@h/x\"\n", &[]).unwrap();
     let same = |toml: &str, env: &[(&str, &str)]| old.needs_restart(&load(toml, env).unwrap());
     let base = "[database]\nurl = \"postgres://u:one@h/x\"\n";
@@ -380,11 +383,26 @@ fn a_reload_names_the_sections_that_need_a_restart() {
     // A rotated password, though the printed form is the same.
     assert_eq!(
         same("[database]\nurl = \"postgres://u:two@h/x\"\n", &[]),
-        ["database"]
+        ["database.url (its password)"]
     );
     assert_eq!(
         same(base, &[("LEADERD_ELECTION__PRIORITY", "3")]),
-        ["election"]
+        ["election.priority"]
+    );
+    // The query timeout follows the ttl: only the ttl changed.
+    assert_eq!(
+        same(base, &[("LEADERD_ELECTION__TTL", "2s")]),
+        ["election.ttl"]
+    );
+    assert_eq!(
+        same(
+            base,
+            &[
+                ("LEADERD_ELECTION__TTL", "2s"),
+                ("LEADERD_DATABASE__QUERY_TIMEOUT", "1s")
+            ]
+        ),
+        ["database.query_timeout", "election.ttl"]
     );
     assert_eq!(
         same(base, &[("LEADERD_HOOKS__CONTAINMENT", "subreaper")]),

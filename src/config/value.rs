@@ -151,13 +151,40 @@ pub mod log_format {
     }
 }
 
-/// `http.listen`: an address and port; empty is unset.
+/// `http.listen`: an address and port, `:PORT` for every IPv4 address, or a host name and
+/// port (`localhost:9090`, looked up now: its first IPv4 address, else its first); empty
+/// is unset.
 pub fn listen<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<SocketAddr>, D::Error> {
     let text = text(deserializer)?;
+    let text = text.trim();
     if text.is_empty() {
         return Ok(None);
     }
-    text.parse().map(Some).map_err(|_| {
-        de::Error::custom("expected an address and port such as 127.0.0.1:9090 or [::]:9090")
-    })
+    let expected = "expected an address and port such as 127.0.0.1:9090, [::]:9090, :9090 \
+                    (every IPv4 address) or localhost:9090";
+    if let Some(port) = text.strip_prefix(':') {
+        let port: u16 = port.parse().map_err(|_| de::Error::custom(expected))?;
+        return Ok(Some(SocketAddr::from(([0, 0, 0, 0], port))));
+    }
+    if let Ok(addr) = text.parse() {
+        return Ok(Some(addr));
+    }
+    let (host, port) = text
+        .rsplit_once(':')
+        .ok_or_else(|| de::Error::custom(expected))?;
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(de::Error::custom(expected));
+    }
+    use std::net::ToSocketAddrs;
+    let found: Vec<SocketAddr> = text
+        .to_socket_addrs()
+        .map_err(|error| {
+            de::Error::custom(format!("cannot look up {host:?} ({error}); {expected}"))
+        })?
+        .collect();
+    let first = found.iter().find(|a| a.is_ipv4()).or(found.first());
+    first
+        .copied()
+        .map(Some)
+        .ok_or_else(|| de::Error::custom(format!("{host:?} has no address; {expected}")))
 }

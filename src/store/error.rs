@@ -30,6 +30,11 @@ pub enum StoreError {
          run `leaderd migrate` (or start a node with database.migrate = true)"
     )]
     SchemaOutdated { column: &'static str },
+    #[error(
+        "{message}: the database role lacks a privilege leaderd needs; grant it (the grants \
+         each command needs are in docs/scaling-and-databases.md, \"Permissions\")"
+    )]
+    PermissionDenied { message: String },
     #[error("query timed out after {}", humantime::format_duration(*.after))]
     QueryTimeout { after: Duration },
     #[error("migrations failed: {}", error_text::chain(.0.as_ref()))]
@@ -68,12 +73,13 @@ impl From<tokio::task::JoinError> for StoreError {
 
 impl StoreError {
     /// Every [`StoreError::kind`], so that counters by kind can start at zero.
-    pub const KINDS: [&'static str; 10] = [
+    pub const KINDS: [&'static str; 11] = [
         "connect",
         "tls",
         "connect_timeout",
         "query",
         "schema_outdated",
+        "permission",
         "query_timeout",
         "migration",
         "task",
@@ -89,6 +95,7 @@ impl StoreError {
             StoreError::ConnectTimeout { .. } => "connect_timeout",
             StoreError::Query(_) => "query",
             StoreError::SchemaOutdated { .. } => "schema_outdated",
+            StoreError::PermissionDenied { .. } => "permission",
             StoreError::QueryTimeout { .. } => "query_timeout",
             StoreError::Migration(_) | StoreError::MigrationLockTimeout { .. } => "migration",
             StoreError::Task(_) => "task",
@@ -96,4 +103,44 @@ impl StoreError {
             StoreError::Unsupported { .. } => "unsupported",
         }
     }
+
+    /// A failed statement as the error that says what to do: a privilege the role lacks (a
+    /// monitoring role's "permission denied for table leaderd_member" named the table, and was
+    /// read as a column to migrate), or a column the table lacks (a node of this version on a
+    /// table nobody migrated yet).
+    pub(crate) fn diagnosed(self) -> StoreError {
+        let StoreError::Query(diesel::result::Error::DatabaseError(_, info)) = &self else {
+            return self;
+        };
+        let message = info.message();
+        if permission_denied(message) {
+            return StoreError::PermissionDenied {
+                message: message.to_owned(),
+            };
+        }
+        match ADDED_COLUMNS.into_iter().find(|c| message.contains(c)) {
+            Some(column) => StoreError::SchemaOutdated { column },
+            None => self,
+        }
+    }
+}
+
+/// Columns later migrations added, which a table migrated for an older version lacks.
+const ADDED_COLUMNS: [&str; 9] = [
+    "term_token",
+    "taken_at",
+    "taken_term",
+    "paused_until",
+    "handover_to",
+    "handover_until",
+    "resign_term",
+    "leaderd_member",
+    "standing",
+];
+
+/// Whether the server refused a privilege: PostgreSQL's 42501 ("permission denied for
+/// table …"), MySQL/MariaDB's 1142 and 1143 ("SELECT command denied to user …").
+fn permission_denied(message: &str) -> bool {
+    message.starts_with("permission denied for")
+        || (message.contains(" command denied to user ") && message.contains(" for "))
 }

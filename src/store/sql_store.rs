@@ -133,6 +133,13 @@ impl SqlStore {
             let mut conn = match conn {
                 Some(conn) => conn,
                 None => {
+                    // SQLite creates the file it opens: a mistyped path must not become
+                    // a new, empty database under an operator command.
+                    if let Some(reason) = url.missing_sqlite_file() {
+                        let cause = diesel::ConnectionError::BadConnection(reason);
+                        let url = url.redacted();
+                        return Err(StoreError::Connect { url, cause });
+                    }
                     let opened = timeout(
                         timeouts.connect,
                         DbConnection::connect(&url, timeouts.query),

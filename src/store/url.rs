@@ -6,6 +6,8 @@ use std::fmt;
 use super::backend::Backend;
 use super::pooler::Pooler;
 
+mod check;
+
 /// A URL leaderd cannot use. `url` is already redacted; callers add where it came from
 /// (the configuration names its key).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,6 +37,9 @@ pub struct DatabaseUrl {
     backend: Backend,
     /// What sits between leaderd and the database (`database.pooler`).
     pooler: Pooler,
+    /// Whether connecting may create an SQLite file that is not there (`run`, `lock` and
+    /// `migrate` may; the operator commands only use a database that exists).
+    may_create: bool,
 }
 
 /// Percent-encodes all but the unreserved characters (RFC 3986).
@@ -124,6 +129,7 @@ impl DatabaseUrl {
             password,
             backend,
             pooler: Pooler::None,
+            may_create: true,
         };
         match backend {
             Backend::Sqlite if parsed.sqlite_path().is_empty() => {
@@ -132,18 +138,20 @@ impl DatabaseUrl {
                 ));
             }
             Backend::Sqlite => {}
+            // Checked here, by the drivers' own parsers, so that a mistake stops
+            // `check-config` and `run` (check.rs). The TLS parameters are leaderd's.
             Backend::Postgres => {
-                // The TLS parameters are checked here, so a bad one stops `check-config`;
-                // tokio-postgres checks the rest (it knows no verify-* modes).
                 let (rest, _) =
                     super::tls::split(&parsed.address, backend).map_err(|e| bad(&e.to_string()))?;
-                check_postgres(&rest).map_err(|reason| bad(&reason))?
+                check::postgres(&parsed.address, &rest).map_err(|reason| bad(&reason))?
             }
             Backend::Mysql => {
                 url::Url::parse(&parsed.address)
                     .map_err(|e| bad(&format!("not a valid URL: {e}")))?;
-                // The TLS parameters are checked here, so a bad one stops `check-config`.
-                super::tls::split(&parsed.address, backend).map_err(|e| bad(&e.to_string()))?;
+                check::mysql_parameters(&parsed.address).map_err(|reason| bad(&reason))?;
+                let (rest, _) =
+                    super::tls::split(&parsed.address, backend).map_err(|e| bad(&e.to_string()))?;
+                check::mysql(&rest).map_err(|reason| bad(&reason))?
             }
         }
         Ok(parsed)
@@ -219,6 +227,28 @@ impl DatabaseUrl {
         self
     }
 
+    /// This URL for a command that must not create a database: an SQLite file that is
+    /// not there is an error, not a new database.
+    pub fn existing_only(mut self) -> DatabaseUrl {
+        self.may_create = false;
+        self
+    }
+
+    /// Why connecting must not go ahead: an SQLite file that is not there, where this
+    /// URL may not create one.
+    pub fn missing_sqlite_file(&self) -> Option<String> {
+        let path = self.sqlite_path();
+        (self.backend == Backend::Sqlite
+            && !self.may_create
+            && !std::path::Path::new(path).exists())
+        .then(|| {
+            format!(
+                "no database: {path} does not exist (`leaderd migrate` or a running node \
+                     creates it)"
+            )
+        })
+    }
+
     /// What sits between leaderd and the database.
     pub fn pooler(&self) -> Pooler {
         self.pooler
@@ -229,17 +259,6 @@ impl DatabaseUrl {
     pub fn transaction_pooled(&self) -> bool {
         self.backend == Backend::Postgres && self.pooler == Pooler::Transaction
     }
-}
-
-/// A PostgreSQL URL as tokio-postgres (which connects) reads it. The url crate alone
-/// refuses libpq's multi-host form, `postgres://h1:5432,h2:5432/db`.
-fn check_postgres(text: &str) -> Result<(), String> {
-    if url::Url::parse(text).is_ok() && !text.contains(',') {
-        return Ok(());
-    }
-    text.parse::<tokio_postgres::Config>()
-        .map(|_| ())
-        .map_err(|e| format!("not a valid URL: {e}"))
 }
 
 fn redact(text: &str) -> String {
@@ -384,6 +403,15 @@ mod tests {
         let with = url.with_password("a b%").unwrap();
         assert_eq!(with.password(), Some("a b%"));
         assert_eq!(with.expose(), "mysql://root:a%20b%25@h/db");
+    }
+
+    #[test]
+    fn urls_are_checked_when_parsed() {
+        let error = DatabaseUrl::parse("postgres://u:s3cret@db/app?sslmod=require").unwrap_err();
+        assert!(error.reason.contains("did you mean sslmode?"), "{error}");
+        assert!(!error.to_string().contains("s3cret"), "{error}");
+        let error = DatabaseUrl::parse("mariadb://db/").unwrap_err();
+        assert!(error.reason.starts_with("names no database"), "{error}");
     }
 
     #[test]

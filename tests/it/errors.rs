@@ -83,6 +83,8 @@ fn connection_errors_keep_their_root_cause_once_without_the_migrate_hint() {
 #[test]
 fn a_missing_table_says_to_migrate() {
     let path = std::env::temp_dir().join(common::unique("errors") + ".sqlite3");
+    // An empty database: status creates none.
+    std::fs::write(&path, "").unwrap();
     let (code, stderr) = status_error(&format!("sqlite://{}", path.display()));
     let _ = std::fs::remove_file(&path);
     assert_eq!(code, Some(69), "{stderr}");
@@ -208,7 +210,11 @@ fn user_names_and_passwords_with_url_characters_connect() {
             (&raw, None),
             (&bare, Some(&password_file)),
         ] {
-            for args in [&["check-config"][..], &["migrate"], &["status", "--json"]] {
+            for args in [
+                &["check-config"][..],
+                &["migrate"],
+                &["status", "--json", "--new"],
+            ] {
                 let mut command = leaderd();
                 command
                     .args(args)
@@ -326,9 +332,10 @@ fn lock_q_is_quiet_and_an_explicit_disable_draws_no_warning() {
 fn wait_says_what_it_waits_for() {
     use common::{Backend, TestDb};
     let db = TestDb::new(Backend::Sqlite);
-    let wait = |until: &str| {
+    let wait = |until: &[&str]| {
         let output = leaderd()
-            .args(["wait", "--until", until, "--timeout", "1s"])
+            .args(["wait", "--timeout", "1s", "--until"])
+            .args(until)
             .current_dir(&db.dir)
             .env("LEADERD_NODE__ID", "n1")
             .env("LEADERD_DATABASE__URL", &db.url)
@@ -340,7 +347,7 @@ fn wait_says_what_it_waits_for() {
             String::from_utf8_lossy(&output.stderr).into_owned(),
         )
     };
-    let (code, stderr) = wait("leader");
+    let (code, stderr) = wait(&["leader"]);
     assert_eq!(code, Some(75), "{stderr}");
     assert!(stderr.contains("no status file at"), "{stderr}");
     assert_eq!(stderr.matches("no status file").count(), 1, "{stderr}");
@@ -354,7 +361,11 @@ fn wait_says_what_it_waits_for() {
         .output()
         .unwrap();
     assert!(migrated.status.success());
-    let (code, stderr) = wait("elected");
+    let (code, stderr) = wait(&["elected"]);
+    assert_eq!(code, Some(67), "{stderr}");
+    assert!(stderr.contains("is unknown"), "{stderr}");
+    // `--new`: an election no node has joined yet.
+    let (code, stderr) = wait(&["elected", "--new"]);
     assert_eq!(code, Some(75), "{stderr}");
     assert!(
         stderr.contains("gave up waiting for elected (someone leads)"),

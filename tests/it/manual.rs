@@ -74,6 +74,7 @@ fn man_and_completions_refuse_config() {
     for args in [
         &["man", "--config", "x.toml"][..],
         &["completions", "bash", "--config", "x.toml"],
+        &["man", "--database", "sqlite://x"],
     ] {
         let output = leaderd().args(args).output().unwrap();
         assert_eq!(output.status.code(), Some(2), "{args:?}");

@@ -5,6 +5,13 @@
 use crate::support as common;
 
 use common::leaderd;
+
+mod databases;
+mod elections;
+mod messages;
+mod permissions;
+mod start;
+mod urls;
 use std::path::PathBuf;
 use std::process::Output;
 
@@ -321,12 +328,15 @@ fn the_default_file_is_read_and_operator_commands_take_election() {
     assert!(stdout.contains("name = \"jobs\""), "{stdout}");
     let (code, _, stderr) = run(&["migrate"], &file);
     assert_eq!(code, Some(0), "{stderr}");
-    let (code, stdout, stderr) = run(&["status", "--json"], &file);
+    let (code, stdout, stderr) = run(&["status", "--json", "--new"], &file);
     assert_eq!(code, Some(0), "{stderr}");
     let status: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(status["election"], "jobs", "{stdout}");
     // --election NAME, on each operator command.
-    let (code, _, stderr) = run(&["pause", "--for", "1m", "--election", "other"], &file);
+    let (code, _, stderr) = run(
+        &["pause", "--for", "1m", "--new", "--election", "other"],
+        &file,
+    );
     assert_eq!(code, Some(0), "{stderr}");
     let (code, stdout, stderr) = run(&["status", "--json", "--election", "other"], &file);
     assert_eq!(code, Some(0), "{stderr}");
@@ -336,7 +346,7 @@ fn the_default_file_is_read_and_operator_commands_take_election() {
         (&"other".into(), &true.into()),
         "{stdout}"
     );
-    let (code, stdout, _) = run(&["status", "--json"], &file);
+    let (code, stdout, _) = run(&["status", "--json", "--new"], &file);
     assert_eq!(code, Some(0));
     assert!(stdout.contains("\"paused\": false"), "{stdout}");
     let (code, _, stderr) = run(&["resume", "--election", "other"], &file);

@@ -119,33 +119,6 @@ mod migrate;
 
 use durability::check_mysql_durability;
 
-/// Columns later migrations added, which a table migrated for an older version lacks.
-const ADDED_COLUMNS: [&str; 9] = [
-    "term_token",
-    "taken_at",
-    "taken_term",
-    "paused_until",
-    "handover_to",
-    "handover_until",
-    "resign_term",
-    "leaderd_member",
-    "standing",
-];
-
-/// Tells a statement that failed on a column the table lacks (a node of this version on a
-/// table nobody migrated yet) from other failures, so the error says what to do.
-fn missing_column(error: StoreError) -> StoreError {
-    if let StoreError::Query(diesel::result::Error::DatabaseError(_, info)) = &error {
-        if let Some(column) = ADDED_COLUMNS
-            .into_iter()
-            .find(|column| info.message().contains(column))
-        {
-            return StoreError::SchemaOutdated { column };
-        }
-    }
-    error
-}
-
 /// The term a claim or reacquire started.
 #[derive(QueryableByName)]
 struct StartedTerm {
@@ -182,7 +155,7 @@ fn duration(ms: i64) -> Duration {
 /// A read's failure as the caller should see it: a missing column says to migrate, a
 /// statement a transaction pooler refused says so.
 fn read_error(error: diesel::result::Error) -> StoreError {
-    pooler::explain(missing_column(error.into()))
+    pooler::explain(StoreError::from(error).diagnosed())
 }
 
 impl DbConnection {

@@ -112,6 +112,7 @@ async fn metrics_carry_build_info_errors_at_zero_and_the_lease_left() {
         "connect_timeout",
         "query",
         "schema_outdated",
+        "permission",
         "query_timeout",
         "migration",
         "task",

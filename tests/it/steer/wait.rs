@@ -55,16 +55,25 @@ async fn wait_follows_the_election(backend: Backend) {
         .unwrap();
     assert!(migrated.status.success());
 
+    // No node has joined: the election is refused as unknown (67) without --new.
+    let unknown = wait(&db, &settings, &a_status, "elected", &[]);
+    assert_eq!(exit_of(unknown, Duration::from_secs(10)).await, 67);
     // Nobody yet: no-leader holds, elected times out (no sooner than asked).
-    let no_leader = wait(&db, &settings, &a_status, "no-leader", &[]);
+    let no_leader = wait(&db, &settings, &a_status, "no-leader", &["--new"]);
     assert_eq!(exit_of(no_leader, Duration::from_secs(10)).await, 0);
     let started = std::time::Instant::now();
-    let elected = wait(&db, &settings, &a_status, "elected", &["--timeout", "1s"]);
+    let elected = wait(
+        &db,
+        &settings,
+        &a_status,
+        "elected",
+        &["--new", "--timeout", "1s"],
+    );
     assert_eq!(exit_of(elected, Duration::from_secs(10)).await, TIMED_OUT);
     assert!(started.elapsed() >= Duration::from_secs(1));
 
     // Waiting from before the node starts.
-    let mut elected = wait(&db, &settings, &a_status, "elected", &[]);
+    let mut elected = wait(&db, &settings, &a_status, "elected", &["--new"]);
     let mut leader = wait(&db, &settings, &a_status, "leader", &[]);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(still_waiting(&mut elected) && still_waiting(&mut leader));

@@ -43,10 +43,11 @@ pub fn leaderd() -> Command {
     Command::new(env!("CARGO_BIN_EXE_leaderd"))
 }
 
-/// `leaderd status --json` for `election`: the election as the database sees it.
+/// `leaderd status --json` for `election`: the election as the database sees it (`--new`:
+/// also before any node joined it).
 pub fn status_json(db: &TestDb, election: &str) -> serde_json::Value {
     let output = leaderd()
-        .args(["status", "--json"])
+        .args(["status", "--json", "--new"])
         .current_dir(&db.dir)
         .env("LEADERD_DATABASE__URL", &db.url)
         .env("LEADERD_ELECTION__NAME", election)
