@@ -32,8 +32,9 @@ use exit::{EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_USAGE};
 )]
 pub struct Cli {
     /// TOML configuration file [default: /etc/leaderd/leaderd.toml, if it exists];
-    /// LEADERD_<SECTION>__<KEY> variables override it.
-    #[arg(long, short, global = true, value_name = "FILE")]
+    /// LEADERD_<SECTION>__<KEY> variables override it. (No -c: that is `lock -c`, as
+    /// flock's.)
+    #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Log line format on stderr [default: log.format, else text].
     #[arg(long, global = true, value_enum)]

@@ -16,3 +16,6 @@ pub const EXIT_STATUS_UNKNOWN: u8 = 3;
 pub const EXIT_TIMED_OUT: u8 = 124;
 /// `lock`: an invalid lock name (a usage error, as clap reports its own).
 pub const EXIT_USAGE: u8 = 2;
+/// A file leaderd must write cannot be created (sysexits.h EX_CANTCREAT): `lock
+/// --metrics-file` in a directory that is not there.
+pub const EXIT_CANT_CREATE: u8 = 73;

@@ -204,7 +204,7 @@ pub fn run(daemon_pid: i32, start: Start, cgroup_parent: Option<PathBuf>) -> Exi
                 if let Some(cgroup) = HOOK_CGROUP.get() {
                     cgroup.remove();
                 }
-                return ExitCode::from(127);
+                return ExitCode::from(cannot_run_status(&error));
             }
         },
     };
@@ -325,6 +325,16 @@ fn prepare_stub(cgroup_parent: Option<&std::path::Path>) -> Option<Stub> {
             );
             None
         }
+    }
+}
+
+/// The status of a command that could not be run, as shells and flock(1) give it: 127
+/// if it was not found, 126 if it was found but could not be executed (no execute
+/// permission, a directory, not an executable format).
+pub(super) fn cannot_run_status(error: &std::io::Error) -> u8 {
+    match error.kind() {
+        std::io::ErrorKind::NotFound => 127,
+        _ => 126,
     }
 }
 

@@ -117,5 +117,5 @@ fn wait_and_exec(
         .stdin(std::process::Stdio::null())
         .exec();
     eprintln!("leaderd hook-guard: cannot run {program:?}: {error}");
-    std::process::exit(127);
+    std::process::exit(super::guard::cannot_run_status(&error).into());
 }

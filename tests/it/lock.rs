@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 
 mod cron;
+mod flock;
 mod processes;
 mod rows;
 
