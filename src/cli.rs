@@ -20,6 +20,7 @@ mod lock;
 mod locks;
 mod man;
 mod status;
+mod unlock;
 mod wait;
 
 use exit::{EXIT_CONFIG, EXIT_UNAVAILABLE, EXIT_USAGE};
@@ -132,6 +133,17 @@ enum Command {
     Lock {
         #[command(flatten)]
         args: lock::LockArgs,
+    },
+    /// Release the lock NAME if its holder is gone, or with --force whoever holds it; a
+    /// `--hold-at-least` hold ends with it.
+    ///
+    /// A holder is gone when it was a `leaderd lock` of this host (holder `node id:pid`)
+    /// whose process is no more. Exits 0 once released (or if not held), 7 if the holder
+    /// may still run (another host's, or its process is still there) and --force was not
+    /// given, 69 if the database cannot be used.
+    Unlock {
+        #[command(flatten)]
+        args: unlock::UnlockArgs,
     },
     /// List every held lease, locks' and elections': name, kind, holder, term, how long it
     /// has been held, when last renewed and how long it has left, as the database sees it.
@@ -363,6 +375,7 @@ pub fn main() -> ExitCode {
             Command::Lock { args } => lock::run(config, args).await.map(ExitCode::from),
             Command::Wait { args, .. } => wait::wait(config, args).await,
             Command::Locks { args } => done(locks::locks(config, args).await),
+            Command::Unlock { args } => unlock::unlock(config, args).await,
             Command::CheckConfig
             | Command::HookGuard { .. }
             | Command::Completions { .. }

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::{
     EXIT_BAD_TARGET, EXIT_NO_CANDIDATE, EXIT_NO_LEADER, EXIT_NOT_TAKEN_OVER, EXIT_PAUSED,
-    OperatorError, commands_store, write_failed,
+    EXIT_USAGE, OperatorError, commands_store, write_failed,
 };
 use crate::config::Config;
 use crate::store::{ControlStore, Member, MemberStanding, StepDownRequest};
@@ -162,6 +162,14 @@ pub async fn step_down(
     term: Option<i64>,
 ) -> Result<ExitCode, OperatorError> {
     let election = config.election.name.as_str();
+    if let Some(lock) = election.strip_prefix(crate::lock::LOCK_ROW_PREFIX) {
+        eprintln!(
+            "leaderd: {election:?} is the row of `leaderd lock {lock}`, not an election: no \
+             node could take it over; `leaderd unlock {lock}` releases it if its holder is \
+             gone (`--force`: whoever holds it)"
+        );
+        return Ok(ExitCode::from(EXIT_USAGE));
+    }
     let mut store = commands_store(config);
     let outcome = step_down_in_term(&mut store, election, &command, term, |said| {
         eprintln!("leaderd: {said}")

@@ -17,6 +17,7 @@ mod cron;
 mod flock;
 mod processes;
 mod rows;
+mod unlock;
 
 const HELD: i32 = 75;
 const LOST: i32 = 76;
