@@ -155,7 +155,10 @@ enum Command {
     ///
     /// leader / follower: this node leads / runs and does not lead, as its status file
     /// says (read every 100 ms). elected / no-leader: anyone / no one holds a live lease,
-    /// as the database says (read each interval; works from any host).
+    /// as the database says (read each interval; works from any host); no-leader also
+    /// holds once the lease passed from one holder to another, which it does only through
+    /// a moment without one (a crash failover). changed: the leader or the term differs
+    /// from the first read (a new term, another leader, or none).
     Wait {
         #[command(flatten)]
         args: wait::WaitArgs,
