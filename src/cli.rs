@@ -168,10 +168,8 @@ enum Command {
     /// Validate the configuration and print it, secrets redacted.
     CheckConfig,
     /// Print the completions for SHELL (bash, zsh, fish, elvish, powershell) on stdout.
-    #[command(hide = true)]
     Completions { shell: clap_complete::Shell },
     /// Print the man page (roff) on stdout: `leaderd man | man -l -`.
-    #[command(hide = true)]
     Man,
     /// Internal: runs one hook and kills all it started if leaderd dies.
     #[command(name = "hook-guard", hide = true)]
@@ -303,7 +301,8 @@ pub fn main() -> ExitCode {
     };
     let level = match &cli.command {
         Command::Lock { args } => args.log_level().unwrap_or(&config.log.level),
-        _ => &config.log.level,
+        Command::Run { .. } => &config.log.level,
+        _ => one_shot_level(&config.log.level),
     };
     // `writer` flushes the log at the end of main, before the last words on stderr.
     let (log, writer) = logging::init(cli.log_format.unwrap_or(config.log.format), level);
@@ -416,6 +415,17 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// The log level of a command that answers and exits (all but `run` and `lock`): the
+/// daemon's INFO lines (which wake-ups it uses, say) mean nothing to whoever reads its
+/// answer, so `info`, the default, becomes `warn`; a level asked for on purpose (`debug`,
+/// a directive) stays.
+fn one_shot_level(configured: &str) -> &str {
+    match configured.trim().eq_ignore_ascii_case("info") {
+        true => "warn",
+        false => configured,
+    }
+}
+
 /// The flags `resign` and `handover` share.
 #[derive(Debug, clap::Args)]
 struct StepDownFlags {
@@ -453,6 +463,13 @@ async fn migrate(config: Config) -> anyhow::Result<()> {
         .connect()
         .await
         .with_context(|| format!("cannot migrate {}", config.database.url))?;
-    println!("migrations applied to {}", config.database.url);
+    match crate::store::migrations_applied() {
+        0 => println!(
+            "{} is up to date: no migration to apply",
+            config.database.url
+        ),
+        1 => println!("1 migration applied to {}", config.database.url),
+        n => println!("{n} migrations applied to {}", config.database.url),
+    }
     Ok(())
 }

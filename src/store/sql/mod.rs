@@ -116,6 +116,7 @@ macro_rules! on_connection {
 
 mod control;
 mod migrate;
+pub use migrate::applied_by_this_process as migrations_applied;
 
 /// Columns later migrations added, which a table migrated for an older version lacks.
 const ADDED_COLUMNS: [&str; 9] = [
