@@ -6,10 +6,8 @@
 //! `--metrics-file` is `metrics_file.rs`.
 
 use anyhow::Context;
-use nix::sys::signal::Signal;
 use std::future::Future;
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 use tracing::info;
@@ -24,7 +22,10 @@ use crate::hooks::{self, HookContext};
 use crate::lock::{LockError, LockGuard, LockOptions, lock_row};
 use crate::signals;
 
+mod forward;
 mod metrics_file;
+
+use forward::Signals;
 
 /// `--stop-timeout` when not given, as `leader_command`'s `stop_timeout`.
 const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -427,50 +428,6 @@ fn parse_wait(text: &str) -> Result<Duration, String> {
             .map_err(|e| format!("{e}, or write seconds as flock(1) does (\"10\", \"0.5\")"))?,
     };
     crate::duration::Rule::zero_means("do not wait").check(wait)
-}
-
-/// The signals `leaderd lock` receives: passed on to COMMAND while it runs.
-struct Signals {
-    received: mpsc::UnboundedReceiver<Signal>,
-    open: bool,
-}
-
-impl Signals {
-    fn new(received: mpsc::UnboundedReceiver<Signal>) -> Self {
-        Signals {
-            received,
-            open: true,
-        }
-    }
-
-    /// The next signal; pending for ever once none can come.
-    async fn next(&mut self) -> Signal {
-        if self.open {
-            match self.received.recv().await {
-                Some(signal) => return signal,
-                None => self.open = false,
-            }
-        }
-        std::future::pending().await
-    }
-
-    /// Runs `run` (COMMAND) with every signal that arrives meanwhile passed on to it.
-    async fn forward_while<F: Future>(
-        &mut self,
-        run: impl FnOnce(mpsc::UnboundedReceiver<Signal>) -> F,
-    ) -> F::Output {
-        let (forward, forwarded) = mpsc::unbounded_channel();
-        let run = run(forwarded);
-        tokio::pin!(run);
-        loop {
-            tokio::select! {
-                output = &mut run => return output,
-                signal = self.next() => {
-                    let _ = forward.send(signal);
-                }
-            }
-        }
-    }
 }
 
 /// Releases the lock once COMMAND is done, or with `hold` (--hold-at-least) keeps it

@@ -52,7 +52,7 @@ use std::process::ExitCode;
 use std::sync::OnceLock;
 
 use super::containment::{self, HookCgroup};
-use super::stub::{AwaitedCommand, Stub};
+use super::stub::{AwaitedCommand, Stub, cannot_run_status};
 use super::subreaper;
 
 pub const SUBCOMMAND: &str = "hook-guard";
@@ -325,16 +325,6 @@ fn prepare_stub(cgroup_parent: Option<&std::path::Path>) -> Option<Stub> {
             );
             None
         }
-    }
-}
-
-/// The status of a command that could not be run, as shells and flock(1) give it: 127
-/// if it was not found, 126 if it was found but could not be executed (no execute
-/// permission, a directory, not an executable format).
-pub(super) fn cannot_run_status(error: &std::io::Error) -> u8 {
-    match error.kind() {
-        std::io::ErrorKind::NotFound => 127,
-        _ => 126,
     }
 }
 
