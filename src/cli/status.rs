@@ -173,8 +173,18 @@ pub(super) fn local_status(config: &Config, json: bool) -> ExitCode {
         let health = document.health.map_or(String::new(), |health| {
             format!(", health check {health:?}").to_lowercase()
         });
+        let backoff = document.backoff.as_ref().map_or(String::new(), |b| {
+            let then = match b.hook.as_str() {
+                "on_elected" => "claims nothing until",
+                _ => "restarts it at",
+            };
+            format!(
+                ", backing off: {} failed {} times in a row, {then} {}",
+                b.hook, b.failures, b.until
+            )
+        });
         let said = format!(
-            "{} (leader {leader}, term {term}{observer}{health})",
+            "{} (leader {leader}, term {term}{observer}{health}{backoff})",
             role.as_str()
         );
         match fresh {

@@ -469,5 +469,10 @@ fn check_target_record(members: &[Member], to: &str) -> Result<(), String> {
         MemberStanding::Unhealthy => {
             Err("the node is unhealthy: its health check fails".to_owned())
         }
+        MemberStanding::BackingOff => Err(
+            "the node is backing off: its on_elected keeps failing, so it claims nothing for \
+             a while"
+                .to_owned(),
+        ),
     }
 }
