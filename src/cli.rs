@@ -128,8 +128,11 @@ enum Command {
     ///
     /// Exits 75 (or -E N) if another holder has the lock (after --wait, if given), 76 if
     /// the lock was lost while COMMAND ran (COMMAND was stopped before the lease could
-    /// lapse), 124 if COMMAND ran past --hold-at-most and was stopped, 69 if the database
-    /// cannot be used. The flags follow flock(1).
+    /// lapse), 124 if COMMAND ran past --hold-at-most and was stopped, 126 if COMMAND
+    /// cannot be executed and 127 if it is not found, 69 if the database cannot be used,
+    /// 73 if --metrics-file's directory does not exist. The flags follow flock(1): COMMAND
+    /// may follow NAME without `--`, and -c runs a command line with the shell; unlike
+    /// flock, it does not wait unless told to (-w), and a held lock exits 75, not 1.
     Lock {
         #[command(flatten)]
         args: lock::LockArgs,
