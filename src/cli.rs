@@ -22,6 +22,7 @@ mod locks;
 mod man;
 mod needs;
 mod status;
+mod unlock;
 mod wait;
 
 use flags::{ElectionFlag, NewFlag, StepDownFlags};
@@ -37,8 +38,9 @@ use exit::{EXIT_CONFIG, EXIT_USAGE};
 )]
 pub struct Cli {
     /// TOML configuration file [default: /etc/leaderd/leaderd.toml, if it exists];
-    /// LEADERD_<SECTION>__<KEY> variables override it.
-    #[arg(long, short, global = true, value_name = "FILE")]
+    /// LEADERD_<SECTION>__<KEY> variables override it. (No -c: that is `lock -c`, as
+    /// flock's.)
+    #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Log line format on stderr [default: log.format, else text].
     #[arg(long, global = true, value_enum)]
@@ -141,11 +143,25 @@ enum Command {
     ///
     /// Exits 75 (or -E N) if another holder has the lock (after --wait, if given), 76 if
     /// the lock was lost while COMMAND ran (COMMAND was stopped before the lease could
-    /// lapse), 124 if COMMAND ran past --hold-at-most and was stopped, 69 if the database
-    /// cannot be used. The flags follow flock(1).
+    /// lapse), 124 if COMMAND ran past --hold-at-most and was stopped, 126 if COMMAND
+    /// cannot be executed and 127 if it is not found, 69 if the database cannot be used,
+    /// 73 if --metrics-file's directory does not exist. The flags follow flock(1): COMMAND
+    /// may follow NAME without `--`, and -c runs a command line with the shell; unlike
+    /// flock, it does not wait unless told to (-w), and a held lock exits 75, not 1.
     Lock {
         #[command(flatten)]
         args: lock::LockArgs,
+    },
+    /// Release the lock NAME if its holder is gone, or with --force whoever holds it; a
+    /// `--hold-at-least` hold ends with it.
+    ///
+    /// A holder is gone when it was a `leaderd lock` of this host (holder `node id:pid`)
+    /// whose process is no more. Exits 0 once released (or if not held), 7 if the holder
+    /// may still run (another host's, or its process is still there) and --force was not
+    /// given, 69 if the database cannot be used.
+    Unlock {
+        #[command(flatten)]
+        args: unlock::UnlockArgs,
     },
     /// List every held lease, locks' and elections': name, kind, holder, term, how long it
     /// has been held, when last renewed and how long it has left, as the database sees it.
@@ -157,7 +173,10 @@ enum Command {
     ///
     /// leader / follower: this node leads / runs and does not lead, as its status file
     /// says (read every 100 ms). elected / no-leader: anyone / no one holds a live lease,
-    /// as the database says (read each interval; works from any host).
+    /// as the database says (read each interval; works from any host); no-leader also
+    /// holds once the lease passed from one holder to another, which it does only through
+    /// a moment without one (a crash failover). changed: the leader or the term differs
+    /// from the first read (a new term, another leader, or none).
     Wait {
         #[command(flatten)]
         args: wait::WaitArgs,
@@ -169,10 +188,8 @@ enum Command {
     /// Validate the configuration and print it, secrets redacted.
     CheckConfig,
     /// Print the completions for SHELL (bash, zsh, fish, elvish, powershell) on stdout.
-    #[command(hide = true)]
     Completions { shell: clap_complete::Shell },
     /// Print the man page (roff) on stdout: `leaderd man | man -l -`.
-    #[command(hide = true)]
     Man,
     /// Internal: runs one hook and kills all it started if leaderd dies.
     #[command(name = "hook-guard", hide = true)]
@@ -343,7 +360,8 @@ pub fn main() -> ExitCode {
     };
     let level = match &cli.command {
         Command::Lock { args } => args.log_level().unwrap_or(&config.log.level),
-        _ => &config.log.level,
+        Command::Run { .. } => &config.log.level,
+        _ => one_shot_level(&config.log.level),
     };
     // `writer` flushes the log at the end of main, before the last words on stderr.
     let format = cli.log_format.unwrap_or(config.log.format);
@@ -432,6 +450,7 @@ pub fn main() -> ExitCode {
             Command::Lock { args } => lock::run(config, args).await.map(ExitCode::from),
             Command::Wait { args, .. } => wait::wait(config, args).await,
             Command::Locks { args } => done(locks::locks(config, args).await),
+            Command::Unlock { args } => unlock::unlock(config, args).await,
             Command::CheckConfig
             | Command::HookGuard { .. }
             | Command::Completions { .. }
@@ -457,6 +476,24 @@ async fn migrate(config: Config) -> anyhow::Result<()> {
         .connect()
         .await
         .with_context(|| format!("cannot migrate {}", config.database.url))?;
-    println!("migrations applied to {}", config.database.url);
+    match crate::store::migrations_applied() {
+        0 => println!(
+            "{} is up to date: no migration to apply",
+            config.database.url
+        ),
+        1 => println!("1 migration applied to {}", config.database.url),
+        n => println!("{n} migrations applied to {}", config.database.url),
+    }
     Ok(())
+}
+
+/// The log level of a command that answers and exits (all but `run` and `lock`): the
+/// daemon's INFO lines (which wake-ups it uses, say) mean nothing to whoever reads its
+/// answer, so `info`, the default, becomes `warn`; a level asked for on purpose (`debug`,
+/// a directive) stays.
+fn one_shot_level(configured: &str) -> &str {
+    match configured.trim().eq_ignore_ascii_case("info") {
+        true => "warn",
+        false => configured,
+    }
 }

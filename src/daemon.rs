@@ -112,6 +112,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     let (standing_sender, standing) = watch::channel(Standing {
         candidate: config.election.candidate,
         health: health_gate.as_ref().map(|_| Health::Starting),
+        backoff: None,
     });
     let metrics = Metrics::new(&config.election.name);
     metrics.expect_hooks(&config);
@@ -162,12 +163,18 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     // Always running, so that a reload can add hooks to a node that had none.
     let events = election.events();
     let resign = election.resign_handle();
+    // A node whose on_elected keeps failing stays out of claims for a while.
+    let crash_loops = hooks::CrashLoopWiring {
+        gate: Some(election.extra_claim_gate()),
+        standing: Some(standing_sender.clone()),
+    };
     let mut hooks = Hooks::spawn(
         config.hooks.clone(),
         context.clone(),
         events,
         statuses.clone(),
         resign,
+        crash_loops,
     );
     let health = match (&config.election.health_check, health_gate) {
         (Some(check), Some(gate)) => Some(health::spawn(

@@ -63,7 +63,9 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep_until};
 
-use crate::election::settings::{MAX_DURATION, id_with_suffix};
+use crate::election::settings::{
+    MAX_DURATION, MAX_NAME_CHARS, Setting, check_name, id_with_suffix,
+};
 use crate::election::{Election, ElectionSettings, Role, Status};
 use crate::store::LeaseStore;
 
@@ -78,6 +80,29 @@ use holding::HoldingStore;
 /// How `leaderd lock NAME` names its row, `lock:NAME`, so that a lock never takes an
 /// election's row by mistake; an election's name cannot start with it.
 pub const LOCK_ROW_PREFIX: &str = "lock:";
+
+/// The longest name `leaderd lock NAME` takes: its row, `lock:NAME`, must fit the table.
+pub const MAX_LOCK_NAME_CHARS: usize = MAX_NAME_CHARS - LOCK_ROW_PREFIX.len();
+
+/// The row of the lock `name` as `leaderd lock NAME` takes it, `lock:NAME`, if `name` is a
+/// lock name: an election name's rules (not empty, no white space at either end, no
+/// control characters), at most [`MAX_LOCK_NAME_CHARS`] long, each said in the lock's
+/// own terms (the prefix is not the user's to count).
+pub fn lock_row(name: &str) -> Result<String, LockError> {
+    let invalid = |reason: String| LockError::Invalid {
+        what: "name",
+        value: name.to_owned(),
+        reason,
+    };
+    let chars = name.chars().count();
+    if chars > MAX_LOCK_NAME_CHARS {
+        return Err(invalid(format!(
+            "is {chars} characters long; a lock name has at most {MAX_LOCK_NAME_CHARS}"
+        )));
+    }
+    check_name(Setting::Name, name).map_err(|e| invalid(e.reason(|_| "name")))?;
+    Ok(format!("{LOCK_ROW_PREFIX}{name}"))
+}
 
 /// The longest a waiting lock goes without reading the row, whatever its ttl.
 const MAX_POLL: Duration = Duration::from_secs(1);

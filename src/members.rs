@@ -40,11 +40,14 @@ pub const DEFER_TO_BETTER: Duration = Duration::from_secs(20);
 const PRUNE_EVERY: u32 = 6;
 
 /// What a node of this standing records itself as: a candidate only while it would take
-/// the lease (not an observer, and its health check, if it has one, passes).
+/// the lease (not an observer, its health check, if it has one, passes, and no failing
+/// on_elected holds it off).
 pub(crate) fn member_standing(standing: &Standing, stopping: bool) -> MemberStanding {
+    let held_off = standing.backoff.is_some_and(|b| b.hook == "on_elected");
     match (stopping, standing.candidate, standing.health) {
         (true, _, _) => MemberStanding::Stopped,
         (false, false, _) => MemberStanding::Observer,
+        (false, true, None | Some(Health::Healthy)) if held_off => MemberStanding::BackingOff,
         (false, true, None | Some(Health::Healthy)) => MemberStanding::Candidate,
         (false, true, Some(Health::Starting)) => MemberStanding::Starting,
         (false, true, Some(Health::Failing)) => MemberStanding::Unhealthy,

@@ -54,6 +54,12 @@ struct HookLabels {
     outcome: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackoffLabels {
+    /// `on_elected` or `leader_command`.
+    hook: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// 0.25 ms to about 8 s.
@@ -83,6 +89,7 @@ struct Inner {
     hook_duration: HistogramFamily<HookLabels>,
     candidate: Gauge,
     health_check_failing: Gauge,
+    hook_backoff: Family<BackoffLabels, Gauge<f64, AtomicU64>>,
     lease_remaining: Gauge<f64, AtomicU64>,
     /// Until when the lease the node knows of lasts (its own while leader, else the
     /// leader's): `lease_remaining` is computed from it at each scrape.
@@ -139,6 +146,7 @@ impl Metrics {
             hook_duration: Family::new_with_constructor(hook_histogram),
             candidate: Gauge::default(),
             health_check_failing: Gauge::default(),
+            hook_backoff: Family::default(),
             lease_remaining: Gauge::default(),
             lease_until: std::sync::Mutex::new(None),
             registry: Registry::default(),
@@ -225,6 +233,13 @@ impl Metrics {
             inner.health_check_failing.clone(),
         );
         registry.register_with_unit(
+            "hook_backoff",
+            "While a crash loop holds a hook off, how long this wait is: on_elected (the node \
+             claims nothing meanwhile) or leader_command (restarted after it); else 0",
+            Unit::Seconds,
+            inner.hook_backoff.clone(),
+        );
+        registry.register_with_unit(
             "lease_remaining",
             "Time left on the lease as this node sees it at the scrape: while leader, until \
              its own local deadline (it stops acting then unless renewed); as follower, until \
@@ -305,7 +320,8 @@ impl Metrics {
         })
     }
 
-    /// Follows the node's standing: candidate or observer, health check failing or not.
+    /// Follows the node's standing: candidate or observer, health check failing or not, a
+    /// crash loop's backoff.
     pub fn follow_standing(&self, mut standing: watch::Receiver<Standing>) -> JoinHandle<()> {
         let metrics = self.clone();
         tokio::spawn(async move {
@@ -314,6 +330,15 @@ impl Metrics {
                 metrics.0.candidate.set(current.candidate as i64);
                 let failing = current.health == Some(Health::Failing);
                 metrics.0.health_check_failing.set(failing as i64);
+                for hook in ["on_elected", "leader_command"] {
+                    let wait = current.backoff.filter(|b| b.hook == hook);
+                    let seconds = wait.map_or(0.0, |b| b.delay.as_secs_f64());
+                    metrics
+                        .0
+                        .hook_backoff
+                        .get_or_create(&BackoffLabels { hook })
+                        .set(seconds);
+                }
                 if standing.changed().await.is_err() {
                     return;
                 }

@@ -34,6 +34,9 @@ pub const EXIT_PAUSED: u8 = 6;
 pub const EXIT_BAD_TARGET: u8 = 2;
 /// `resign`: no other live, healthy candidate could take over (without `--force`).
 pub const EXIT_NO_CANDIDATE: u8 = 7;
+/// `resign`, `handover` of a lock's row (`lock:NAME`): a usage error (`leaderd unlock` is
+/// the command for it).
+pub const EXIT_USAGE: u8 = 2;
 /// `resign`, `handover`, `pause`, `resume`: the command was sent, but its answer was lost,
 /// so it may or may not have been written.
 pub const EXIT_IN_DOUBT: u8 = 8;

@@ -52,6 +52,19 @@ pub struct StatusDocument {
     /// The election is paused (`leaderd pause`); absent in files of older versions.
     #[serde(default)]
     pub paused: bool,
+    /// A crash loop holding a hook off; absent while none does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<BackoffDocument>,
+}
+
+/// A crash loop's backoff as the status file has it: which hook, how many failures in a
+/// row, how long this wait is and when it ends (RFC 3339).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackoffDocument {
+    pub hook: String,
+    pub failures: u32,
+    pub delay_ms: u64,
+    pub until: String,
 }
 
 fn rfc3339(time: SystemTime) -> String {
@@ -73,6 +86,12 @@ impl StatusDocument {
             candidate: standing.candidate,
             health: standing.health,
             paused: status.paused,
+            backoff: standing.backoff.map(|b| BackoffDocument {
+                hook: b.hook.to_owned(),
+                failures: b.failures,
+                delay_ms: b.delay.as_millis() as u64,
+                until: rfc3339(b.until),
+            }),
         }
     }
 }
@@ -199,6 +218,12 @@ mod tests {
         let standing = Standing {
             candidate: false,
             health: Some(Health::Failing),
+            backoff: Some(crate::standing::Backoff {
+                hook: "on_elected",
+                failures: 3,
+                delay: std::time::Duration::from_secs(4),
+                until: SystemTime::now(),
+            }),
         };
         let written = StatusDocument::new("jobs", "node \"a\"", &status, standing);
         let json = serde_json::to_string_pretty(&written).unwrap();

@@ -2,8 +2,9 @@
 
 /// Configuration errors (sysexits.h EX_CONFIG).
 pub const EXIT_CONFIG: u8 = 78;
-/// `run`, `check-config`: the status file's directory takes no file, or http.listen's
-/// address cannot be bound (sysexits.h EX_CANTCREAT).
+/// A file or socket leaderd must make cannot be (sysexits.h EX_CANTCREAT): `run`,
+/// `check-config`: the status file's directory takes no file, or http.listen's address
+/// cannot be bound; `lock --metrics-file` in a directory that is not there.
 pub const EXIT_CANT_CREATE: u8 = 73;
 /// The database could not be reached or used (sysexits.h EX_UNAVAILABLE).
 pub const EXIT_UNAVAILABLE: u8 = 69;

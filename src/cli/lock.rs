@@ -6,23 +6,29 @@
 //! `--metrics-file` is `metrics_file.rs`.
 
 use anyhow::Context;
-use nix::sys::signal::Signal;
 use std::future::Future;
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until};
 use tracing::info;
 
-use super::exit::{EXIT_LOCK_HELD, EXIT_LOCK_LOST, EXIT_TIMED_OUT, EXIT_UNAVAILABLE, EXIT_USAGE};
+use super::exit::{
+    EXIT_CANT_CREATE, EXIT_LOCK_HELD, EXIT_LOCK_LOST, EXIT_TIMED_OUT, EXIT_UNAVAILABLE, EXIT_USAGE,
+};
 use crate::config::Config;
 use crate::daemon::store;
 use crate::election::settings::id_with_suffix;
 use crate::hooks::{self, HookContext};
-use crate::lock::{LOCK_ROW_PREFIX, LockError, LockGuard, LockOptions};
+use crate::lock::{LockError, LockGuard, LockOptions, lock_row};
 use crate::signals;
 
+mod forward;
 mod metrics_file;
+
+use forward::Signals;
+
+/// `--stop-timeout` when not given, as `leader_command`'s `stop_timeout`.
+const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 use metrics_file::Outcome;
 
@@ -37,15 +43,42 @@ pub(super) struct LockArgs {
     /// Log at the configured level (default: warnings and errors only).
     #[arg(long, short)]
     verbose: bool,
-    /// The lock's name; its row in the election table is `lock:NAME` (see
-    /// --election-row).
+    /// The lock's name (1 to 95 characters, no white space at either end); its row in the
+    /// election table is `lock:NAME` (see --election-row).
     name: String,
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    /// The command and its arguments (`--` before it is optional, as with flock(1)).
+    #[arg(
+        trailing_var_arg = true,
+        value_name = "COMMAND",
+        required_unless_present = "shell_command"
+    )]
     command: Vec<String>,
+    /// Run this command line with the shell (`$SHELL -c`, else `/bin/sh -c`), as flock's
+    /// -c does, instead of COMMAND.
+    #[arg(
+        long = "command",
+        short = 'c',
+        value_name = "COMMAND",
+        conflicts_with = "command"
+    )]
+    shell_command: Option<String>,
 }
 
 impl LockArgs {
+    /// COMMAND, or the `-c` command line run by the shell as flock(1) runs it.
+    fn argv(&self) -> Vec<String> {
+        match &self.shell_command {
+            Some(line) => {
+                let shell = std::env::var("SHELL")
+                    .ok()
+                    .filter(|shell| !shell.is_empty())
+                    .unwrap_or_else(|| "/bin/sh".to_owned());
+                vec![shell, "-c".to_owned(), line.clone()]
+            }
+            None => self.command.clone(),
+        }
+    }
+
     /// The log level in place of the configured one: a cron job's mail should hold the
     /// job's output, not leaderd's; with -q, nothing of leaderd's unless it failed.
     pub(super) fn log_level(&self) -> Option<&'static str> {
@@ -61,17 +94,23 @@ impl LockArgs {
 /// exit status, or leaderd's own.
 pub(super) async fn run(config: Config, args: LockArgs) -> anyhow::Result<u8> {
     let metrics_file = args.cron.metrics_file.clone();
+    if let Some(path) = &metrics_file {
+        if let Err(why) = metrics_file::check_directory(path) {
+            eprintln!(
+                "leaderd: --metrics-file {}: {why}; not taking the lock nor running the command",
+                path.display()
+            );
+            return Ok(EXIT_CANT_CREATE);
+        }
+    }
     let name = args.name.clone();
     metrics_file::recorded(metrics_file.as_deref(), &name, lock(config, args)).await
 }
 
 async fn lock(config: Config, args: LockArgs) -> anyhow::Result<(u8, Outcome)> {
+    let argv = args.argv();
     let LockArgs {
-        ttl,
-        cron,
-        name,
-        command: argv,
-        ..
+        ttl, cron, name, ..
     } = args;
     let name = name.as_str();
     // Before the lock is taken: a "cgroup" that cannot be had fails without holding it.
@@ -85,8 +124,11 @@ async fn lock(config: Config, args: LockArgs) -> anyhow::Result<(u8, Outcome)> {
         eprintln!("leaderd: {error}");
         return Ok((EXIT_USAGE, Outcome::Usage));
     }
-    let row = cron.row(name);
-    let options = match LockOptions::new(&row, ttl).and_then(|o| o.holder(&holder)) {
+    let options = cron
+        .row(name)
+        .and_then(|row| LockOptions::new(&row, ttl))
+        .and_then(|o| o.holder(&holder));
+    let options = match options {
         Ok(options) => options,
         Err(error) => {
             eprintln!("leaderd: {error}");
@@ -207,11 +249,32 @@ async fn lock(config: Config, args: LockArgs) -> anyhow::Result<(u8, Outcome)> {
 struct LockCronFlags {
     /// Wait up to this long for the lock instead of failing at once: seconds as flock(1)
     /// takes them ("10", "0.5") or a duration ("10s", "1m 30s").
-    #[arg(long, short = 'w', value_name = "SECONDS|DURATION", value_parser = parse_wait)]
+    #[arg(
+        long,
+        short = 'w',
+        visible_alias = "timeout",
+        value_name = "SECONDS|DURATION",
+        value_parser = parse_wait
+    )]
     wait: Option<Duration>,
     /// Fail at once if the lock is held (the default without --wait; as flock -n).
-    #[arg(long, short = 'n', conflicts_with = "wait")]
+    #[arg(long, short = 'n', visible_alias = "nb", conflicts_with = "wait")]
     nonblock: bool,
+    /// Accepted for flock(1)'s sake: a lock is always exclusive.
+    #[arg(long, short = 'x', short_alias = 'e')]
+    exclusive: bool,
+    /// Accepted for flock(1)'s sake: COMMAND holds no descriptor of the lock to close.
+    #[arg(long, short = 'o')]
+    close: bool,
+    /// flock(1)'s shared lock, which leaderd has not: refused.
+    #[arg(long, short = 's', hide = true)]
+    shared: bool,
+    /// flock(1)'s unlock of a descriptor: refused (see `leaderd unlock`).
+    #[arg(long, short = 'u', hide = true)]
+    unlock: bool,
+    /// flock(1)'s --no-fork: refused (COMMAND always runs under a guard of its own).
+    #[arg(long = "no-fork", short = 'F', hide = true)]
+    no_fork: bool,
     /// The exit status when the lock is held elsewhere (default 75), so that it cannot be
     /// mistaken for one of COMMAND's own.
     #[arg(long, short = 'E', value_name = "N", default_value_t = EXIT_LOCK_HELD)]
@@ -231,9 +294,10 @@ struct LockCronFlags {
     /// 124 and releases the lock.
     #[arg(long, value_name = "DURATION", value_parser = crate::duration::positive)]
     hold_at_most: Option<Duration>,
-    /// With --hold-at-most: the time COMMAND gets between SIGTERM and SIGKILL.
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = crate::duration::zero_or_more)]
-    stop_timeout: Duration,
+    /// With --hold-at-most: the time COMMAND gets between SIGTERM and SIGKILL [default:
+    /// 5s].
+    #[arg(long, value_name = "DURATION", requires = "hold_at_most", value_parser = crate::duration::zero_or_more)]
+    stop_timeout: Option<Duration>,
     /// After each run, write its outcome to FILE in Prometheus text format, for
     /// node_exporter's textfile collector (one file per lock; replaced atomically).
     #[arg(long, value_name = "FILE")]
@@ -254,9 +318,30 @@ impl LockCronFlags {
         }
     }
 
-    /// The holds make sense together: a minimum no longer than the maximum (as ShedLock
-    /// requires), and a maximum above zero.
+    /// With --hold-at-most: how long COMMAND gets between SIGTERM and SIGKILL.
+    fn stop_timeout(&self) -> Duration {
+        self.stop_timeout.unwrap_or(DEFAULT_STOP_TIMEOUT)
+    }
+
+    /// flock(1)'s flags that have no meaning here are refused, and the holds make sense
+    /// together: a minimum no longer than the maximum (as ShedLock requires), and a
+    /// maximum above zero.
     fn check(&self) -> Result<(), String> {
+        let unlike_flock = [
+            (self.shared, "-s/--shared: a leaderd lock is exclusive only"),
+            (
+                self.unlock,
+                "-u/--unlock: there is no descriptor to unlock; `leaderd unlock NAME` \
+                 releases a lock whose holder is gone",
+            ),
+            (
+                self.no_fork,
+                "-F/--no-fork: COMMAND always runs under a guard process of its own",
+            ),
+        ];
+        if let Some((_, why)) = unlike_flock.iter().find(|(given, _)| *given) {
+            return Err(format!("{why} (flock(1) has it; leaderd lock does not)"));
+        }
         match (self.hold_at_least, self.hold_at_most) {
             (_, Some(most)) if most.is_zero() => {
                 Err("--hold-at-most 0: must be above zero".to_owned())
@@ -273,10 +358,10 @@ impl LockCronFlags {
     /// The row the lock NAME takes: its own, `lock:NAME`, apart from every election's
     /// (an election's name cannot start with `lock:`), or with --election-row the
     /// election's row NAME.
-    fn row(&self, name: &str) -> String {
+    fn row(&self, name: &str) -> Result<String, LockError> {
         match self.election_row {
-            true => name.to_owned(),
-            false => format!("{LOCK_ROW_PREFIX}{name}"),
+            true => Ok(name.to_owned()),
+            false => lock_row(name),
         }
     }
 }
@@ -300,9 +385,9 @@ async fn limit<T>(
                 "leaderd: COMMAND ran past --hold-at-most {}: sending it SIGTERM, and SIGKILL \
                  after {}",
                 humantime::format_duration(at_most),
-                humantime::format_duration(flags.stop_timeout),
+                humantime::format_duration(flags.stop_timeout()),
             );
-            let _ = stop.send(Some(Instant::now() + flags.stop_timeout));
+            let _ = stop.send(Some(Instant::now() + flags.stop_timeout()));
             (run.await, true)
         }
     }
@@ -347,50 +432,6 @@ fn parse_wait(text: &str) -> Result<Duration, String> {
             .map_err(|e| format!("{e}, or write seconds as flock(1) does (\"10\", \"0.5\")"))?,
     };
     crate::duration::Rule::zero_means("do not wait").check(wait)
-}
-
-/// The signals `leaderd lock` receives: passed on to COMMAND while it runs.
-struct Signals {
-    received: mpsc::UnboundedReceiver<Signal>,
-    open: bool,
-}
-
-impl Signals {
-    fn new(received: mpsc::UnboundedReceiver<Signal>) -> Self {
-        Signals {
-            received,
-            open: true,
-        }
-    }
-
-    /// The next signal; pending for ever once none can come.
-    async fn next(&mut self) -> Signal {
-        if self.open {
-            match self.received.recv().await {
-                Some(signal) => return signal,
-                None => self.open = false,
-            }
-        }
-        std::future::pending().await
-    }
-
-    /// Runs `run` (COMMAND) with every signal that arrives meanwhile passed on to it.
-    async fn forward_while<F: Future>(
-        &mut self,
-        run: impl FnOnce(mpsc::UnboundedReceiver<Signal>) -> F,
-    ) -> F::Output {
-        let (forward, forwarded) = mpsc::unbounded_channel();
-        let run = run(forwarded);
-        tokio::pin!(run);
-        loop {
-            tokio::select! {
-                output = &mut run => return output,
-                signal = self.next() => {
-                    let _ = forward.send(signal);
-                }
-            }
-        }
-    }
 }
 
 /// Releases the lock once COMMAND is done, or with `hold` (--hold-at-least) keeps it

@@ -1,6 +1,7 @@
 //! `leaderd locks`: every live lease in the table, elections' and locks' alike, as the
 //! database sees it now: who holds it, in which term, for how long it has held it, since
-//! when it was last renewed and how long it has left. Read through the read-only store, so a role that may only SELECT
+//! when it was last renewed and how long it has left; a holder of this host whose process
+//! is gone is marked so. Read through the read-only store, so a role that may only SELECT
 //! can ask, from any host.
 
 use anyhow::Context;
@@ -10,6 +11,8 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::daemon::store;
 use crate::lock::LOCK_ROW_PREFIX;
+
+use super::unlock::{HolderProcess, holder_process};
 
 #[derive(Debug, Clone, clap::Args)]
 pub(super) struct LocksArgs {
@@ -38,6 +41,10 @@ struct HeldReport {
     left_ms: u64,
     /// The lease length the holder last set.
     lease_ms: u64,
+    /// The holder's process where it is a `leaderd lock` of this host (`node id:pid`):
+    /// `running`, or `gone` (its lock is kept by nothing but the lease: `leaderd unlock`
+    /// releases it); `null` where this host cannot tell.
+    holder_process: Option<&'static str>,
 }
 
 pub(super) async fn locks(config: Config, args: LocksArgs) -> anyhow::Result<()> {
@@ -54,9 +61,15 @@ pub(super) async fn locks(config: Config, args: LocksArgs) -> anyhow::Result<()>
                 Some(lock) => ("lock", lock.to_owned()),
                 None => ("election", row.name.clone()),
             };
+            let process = match holder_process(&row.holder, &config.node.id, row.held) {
+                HolderProcess::Running(_) => Some("running"),
+                HolderProcess::Gone(_) => Some("gone"),
+                HolderProcess::Unknown => None,
+            };
             HeldReport {
                 name,
                 kind,
+                holder_process: process,
                 holder: row.holder.clone(),
                 term: row.term,
                 held_ms: row.held.map(ms),
@@ -79,7 +92,13 @@ pub(super) async fn locks(config: Config, args: LocksArgs) -> anyhow::Result<()>
         reports.iter().map(f).max().unwrap_or(0).max(title.len())
     };
     let name_w = width(|r| r.name.chars().count(), "NAME");
-    let holder_w = width(|r| r.holder.chars().count(), "HOLDER");
+    fn holder(r: &HeldReport) -> String {
+        match r.holder_process {
+            Some("gone") => format!("{} (gone)", r.holder),
+            _ => r.holder.clone(),
+        }
+    }
+    let holder_w = width(|r| holder(r).chars().count(), "HOLDER");
     println!(
         "{:<name_w$}  {:<8}  {:<holder_w$}  {:>6}  {:>10}  {:>10}  {:>10}",
         "NAME", "KIND", "HOLDER", "TERM", "HELD", "RENEWED", "LEFT"
@@ -90,11 +109,17 @@ pub(super) async fn locks(config: Config, args: LocksArgs) -> anyhow::Result<()>
             "{:<name_w$}  {:<8}  {:<holder_w$}  {:>6}  {:>10}  {:>10}  {:>10}",
             r.name,
             r.kind,
-            r.holder,
+            holder(r),
             r.term,
             r.held_ms.map_or_else(|| "-".to_owned(), seconds),
             format!("{} ago", seconds(r.renewed_ms)),
             seconds(r.left_ms),
+        );
+    }
+    if reports.iter().any(|r| r.holder_process == Some("gone")) {
+        println!(
+            "(gone): a `leaderd lock` of this host whose process has ended; its lock stays \
+             taken until the lease lapses, or `leaderd unlock NAME` releases it"
         );
     }
     Ok(())

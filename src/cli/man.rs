@@ -34,7 +34,7 @@ const EXIT_STATUS: &[(&str, &str)] = &[
     ),
     (
         "2",
-        "A usage error (a bad flag or duration); handover: the node named cannot take over.",
+        "A usage error (a bad flag, duration or lock name; resign or handover of a lock's row); handover: the node named cannot take over.",
     ),
     (
         "3",
@@ -45,7 +45,7 @@ const EXIT_STATUS: &[(&str, &str)] = &[
     ("6", "resign, handover: the election is paused."),
     (
         "7",
-        "resign: no other live, healthy candidate could take over (see --force).",
+        "resign: no other live, healthy candidate could take over (see --force); unlock: the holder may still run (see --force).",
     ),
     (
         "8",
@@ -61,7 +61,7 @@ const EXIT_STATUS: &[(&str, &str)] = &[
     ),
     (
         "73",
-        "run, check-config: the status file's directory does not exist or takes no file (EX_CANTCREAT).",
+        "run, check-config: the status file's directory does not exist or takes no file; lock: the --metrics-file directory does not exist (EX_CANTCREAT).",
     ),
     (
         "75",
@@ -78,6 +78,10 @@ const EXIT_STATUS: &[(&str, &str)] = &[
     (
         "124",
         "lock: COMMAND ran past --hold-at-most and was stopped.",
+    ),
+    (
+        "126, 127",
+        "lock: COMMAND cannot be executed (126), or was not found (127), as in shells and flock(1).",
     ),
     (
         "128+N",

@@ -74,9 +74,9 @@ pub(super) async fn status(config: Config, json: bool) -> anyhow::Result<()> {
             println!("term:      {}", row.term);
             println!(
                 "lease:     renewed {} ago, {} left of {}{}",
-                humantime::format_duration(row.age),
-                humantime::format_duration(row.remaining()),
-                humantime::format_duration(row.lease),
+                readable(row.age),
+                readable(row.remaining()),
+                readable(row.lease),
                 match (&row.holder, row.live_holder()) {
                     (None, _) => " (released)".to_owned(),
                     (Some(holder), None) => format!(" (lapsed; last held by {holder})"),
@@ -94,8 +94,15 @@ pub(super) async fn status(config: Config, json: bool) -> anyhow::Result<()> {
             }
         }
     }
+    match &report.members {
+        Some(members) if members.is_empty() => println!(
+            "members:   none recorded (a running node records itself in leaderd_member at \
+             start and every 10 s)"
+        ),
+        Some(_) => println!("members:"),
+        None => {}
+    }
     if let Some(members) = &report.members {
-        println!("members:");
         for m in members {
             println!(
                 "  {:<20} {:<9} priority {:<4} {} on {}, seen {:.1}s ago{}",
@@ -113,6 +120,19 @@ pub(super) async fn status(config: Config, json: bool) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A duration as a person reads it at a glance: milliseconds below a second, tenths of a
+/// second below a minute, whole seconds above ("1m 21s", not "1m 21s 603ms").
+fn readable(duration: std::time::Duration) -> String {
+    if duration < std::time::Duration::from_secs(1) {
+        format!("{}ms", duration.as_millis())
+    } else if duration < std::time::Duration::from_secs(60) {
+        format!("{:.1}s", duration.as_secs_f64())
+    } else {
+        let seconds = std::time::Duration::from_secs(duration.as_secs_f64().round() as u64);
+        humantime::format_duration(seconds).to_string()
+    }
 }
 
 /// `status --local`: the exit status says what this node's status file says, as long as
@@ -145,22 +165,37 @@ pub(super) fn local_status(config: &Config, json: bool) -> ExitCode {
     if json {
         print!("{text}");
     } else {
-        let role = role.as_str();
         let leader = document.leader.as_deref().unwrap_or("none");
-        // As the document has it: `null` while no term is known.
         let term = document
             .term
-            .map_or("null".to_owned(), |term| term.to_string());
-        let stale = if fresh {
-            ""
-        } else {
-            " (stale: valid_until has passed)"
-        };
+            .map_or("none".to_owned(), |term| term.to_string());
         let observer = if document.candidate { "" } else { ", observer" };
         let health = document.health.map_or(String::new(), |health| {
             format!(", health check {health:?}").to_lowercase()
         });
-        println!("{role} (leader {leader}, term {term}{observer}{health}){stale}");
+        let backoff = document.backoff.as_ref().map_or(String::new(), |b| {
+            let then = match b.hook.as_str() {
+                "on_elected" => "claims nothing until",
+                _ => "restarts it at",
+            };
+            format!(
+                ", backing off: {} failed {} times in a row, {then} {}",
+                b.hook, b.failures, b.until
+            )
+        });
+        let said = format!(
+            "{} (leader {leader}, term {term}{observer}{health}{backoff})",
+            role.as_str()
+        );
+        match fresh {
+            true => println!("{said}"),
+            // What the exit status says, first: a stale file's role is no one's now.
+            false => println!(
+                "unknown: the status file is stale (valid until {}; is leaderd running?); \
+                 it last said {said}",
+                document.valid_until
+            ),
+        }
     }
     match role {
         Role::Leader if fresh => ExitCode::SUCCESS,

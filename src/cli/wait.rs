@@ -1,7 +1,7 @@
 //! `leaderd wait --until …`: blocks a script until this node leads or follows (its status
-//! file, read every 100 ms), or until anyone or no one leads the election (the database,
-//! read through the read-only store each interval, so it works from any host; on
-//! PostgreSQL a release also wakes it at once).
+//! file, read every 100 ms), or until anyone or no one leads the election, or the leader or
+//! term changes (the database, read through the read-only store each interval, so it
+//! works from any host; on PostgreSQL a release also wakes it at once).
 
 use anyhow::Context;
 use std::process::ExitCode;
@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::daemon::store;
 use crate::election::Role;
 use crate::status_file::StatusDocument;
-use crate::store::LeaseStore;
+use crate::store::{LeaseRow, LeaseStore};
 
 /// `wait`: the condition did not hold within --timeout (sysexits.h EX_TEMPFAIL).
 pub const EXIT_WAIT_TIMEOUT: u8 = 75;
@@ -29,8 +29,13 @@ pub(super) enum Until {
     Follower,
     /// Someone holds a live lease (the database).
     Elected,
-    /// No one holds a live lease (the database).
+    /// No one holds a live lease (the database), or a new holder took it from another
+    /// since the last read: a lease changes hands only through a moment without one, which
+    /// a crash failover makes too short to read.
     NoLeader,
+    /// The leader or the term is no longer what the first read found (the database): a
+    /// new term, another leader, or none.
+    Changed,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -55,8 +60,9 @@ pub(super) async fn wait(config: Config, args: WaitArgs) -> anyhow::Result<ExitC
     let held = match args.until {
         Until::Leader => wait_for_file(&config, Role::Leader, give_up).await,
         Until::Follower => wait_for_file(&config, Role::Follower, give_up).await,
-        Until::Elected => wait_for_database(&config, true, give_up).await?,
-        Until::NoLeader => wait_for_database(&config, false, give_up).await?,
+        Until::Elected | Until::NoLeader | Until::Changed => {
+            wait_for_database(&config, args.until, give_up).await?
+        }
     };
     Ok(match held {
         true => ExitCode::SUCCESS,
@@ -87,6 +93,7 @@ impl Until {
             Until::Follower => "follower (this node runs and does not lead)",
             Until::Elected => "elected (someone leads)",
             Until::NoLeader => "no-leader (no one leads)",
+            Until::Changed => "changed (a new term, or another leader or none)",
         }
     }
 }
@@ -118,26 +125,64 @@ async fn wait_for_file(config: &Config, role: Role, give_up: Option<Instant>) ->
     }
 }
 
-/// Whether the database showed a live leader (`elected`) or none before `give_up`. A
+/// Who leads in which term, as one read of the row found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    leader: Option<String>,
+    term: Option<i64>,
+}
+
+impl Seen {
+    fn of(row: Option<&LeaseRow>) -> Seen {
+        Seen {
+            leader: row.and_then(|r| r.live_holder()).map(str::to_owned),
+            term: row.map(|r| r.term),
+        }
+    }
+}
+
+/// Whether `until` holds, given what the first read (`first`), the read before (`last`)
+/// and this one (`now`) found.
+fn met(until: Until, first: &Seen, last: Option<&Seen>, now: &Seen) -> bool {
+    match until {
+        Until::Elected => now.leader.is_some(),
+        Until::NoLeader => {
+            // Another holder took the lease in a later term: it was free or lapsed at the
+            // moment of that claim, whether or not a read fell in that moment.
+            let handed_on = last.is_some_and(|last| {
+                last.leader.is_some() && now.leader != last.leader && now.term > last.term
+            });
+            now.leader.is_none() || handed_on
+        }
+        Until::Changed => now != first,
+        Until::Leader | Until::Follower => unreachable!("read from the status file"),
+    }
+}
+
+/// Whether the database met `until` (elected, no-leader, changed) before `give_up`. A
 /// failing database is retried; an error is reported only if it is still failing then.
 async fn wait_for_database(
     config: &Config,
-    elected: bool,
+    until: Until,
     give_up: Option<Instant>,
 ) -> anyhow::Result<bool> {
     let mut store = store(config, false).read_only();
     let mut releases = store.release_notifications(&config.election.name);
     let mut warned = false;
+    let mut first: Option<Seen> = None;
+    let mut last: Option<Seen> = None;
     loop {
         let mut next = Instant::now() + config.election.interval;
         match store.get(&config.election.name).await {
             Ok(row) => {
-                let led = row.as_ref().is_some_and(|r| r.live_holder().is_some());
-                if led == elected {
+                let now = Seen::of(row.as_ref());
+                let first = first.get_or_insert_with(|| now.clone());
+                if met(until, first, last.as_ref(), &now) {
                     return Ok(true);
                 }
-                // Waiting for a lapse: look again as the lease can end.
-                if let Some(row) = row.filter(|_| !elected) {
+                last = Some(now);
+                // A lapse is a change: look again as the lease can end.
+                if let Some(row) = row.filter(|_| until != Until::Elected) {
                     next = next.min(Instant::now() + row.remaining() + Duration::from_millis(10));
                 }
             }
@@ -160,5 +205,41 @@ async fn wait_for_database(
             _ = sleep_until(next) => {}
             Some(()) = async { releases.as_mut()?.recv().await } => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(leader: Option<&str>, term: i64) -> Seen {
+        Seen {
+            leader: leader.map(str::to_owned),
+            term: Some(term),
+        }
+    }
+
+    #[test]
+    fn no_leader_holds_across_a_failover_no_read_fell_in() {
+        let a = seen(Some("a"), 7);
+        let b = seen(Some("b"), 8);
+        assert!(!met(Until::NoLeader, &a, None, &a));
+        assert!(met(Until::NoLeader, &a, Some(&a), &b));
+        // The same holder in a new term may have reacquired without a gap.
+        assert!(!met(Until::NoLeader, &a, Some(&a), &seen(Some("a"), 8)));
+        assert!(met(Until::NoLeader, &a, Some(&a), &seen(None, 7)));
+    }
+
+    #[test]
+    fn changed_is_a_new_term_or_another_leader_or_none() {
+        let a = seen(Some("a"), 7);
+        assert!(!met(Until::Changed, &a, Some(&a), &a));
+        assert!(met(Until::Changed, &a, Some(&a), &seen(Some("a"), 8)));
+        assert!(met(Until::Changed, &a, Some(&a), &seen(None, 7)));
+        let nothing = Seen {
+            leader: None,
+            term: None,
+        };
+        assert!(met(Until::Changed, &nothing, None, &seen(Some("a"), 1)));
     }
 }

@@ -256,10 +256,15 @@ impl HookCgroup {
         }
     }
 
-    /// Removes the cgroup once empty (waits for the kernel to see it so).
+    /// Removes the cgroup once empty (waits for the kernel to see it so). One already gone
+    /// (an earlier sweep's, or the system's) is removed as well as can be.
     pub fn remove(&self) {
         if wait_unpopulated(&self.dir, CGROUP_EMPTY_WITHIN) {
-            if let Err(error) = std::fs::remove_dir(&self.dir) {
+            let removed = match std::fs::remove_dir(&self.dir) {
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                removed => removed,
+            };
+            if let Err(error) = removed {
                 eprintln!(
                     "leaderd hook-guard: cannot remove cgroup {}: {error}",
                     self.dir.display()

@@ -52,7 +52,7 @@ use std::process::ExitCode;
 use std::sync::OnceLock;
 
 use super::containment::{self, HookCgroup};
-use super::stub::{AwaitedCommand, Stub};
+use super::stub::{AwaitedCommand, Stub, cannot_run_status};
 use super::subreaper;
 
 pub const SUBCOMMAND: &str = "hook-guard";
@@ -204,7 +204,7 @@ pub fn run(daemon_pid: i32, start: Start, cgroup_parent: Option<PathBuf>) -> Exi
                 if let Some(cgroup) = HOOK_CGROUP.get() {
                     cgroup.remove();
                 }
-                return ExitCode::from(127);
+                return ExitCode::from(cannot_run_status(&error));
             }
         },
     };

@@ -30,4 +30,4 @@ pub use config::HooksConfig;
 pub use containment::ContainmentMode;
 pub use containment::{ContainmentError, resolve_containment};
 pub use run::{HookContext, HookRuns, run_leased};
-pub use supervisor::Hooks;
+pub use supervisor::{CrashLoopWiring, Hooks};

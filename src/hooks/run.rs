@@ -111,7 +111,7 @@ impl RunOutcome {
     }
 }
 
-fn describe(status: Option<ExitStatus>) -> String {
+pub(super) fn describe(status: Option<ExitStatus>) -> String {
     match status {
         Some(s) if s.code().is_some() => format!("exit status {}", s.code().unwrap()),
         Some(s) => match s.signal() {

@@ -117,5 +117,15 @@ fn wait_and_exec(
         .stdin(std::process::Stdio::null())
         .exec();
     eprintln!("leaderd hook-guard: cannot run {program:?}: {error}");
-    std::process::exit(127);
+    std::process::exit(cannot_run_status(&error).into());
+}
+
+/// The status of a command that could not be run, as shells and flock(1) give it: 127
+/// if it was not found, 126 if it was found but could not be executed (no execute
+/// permission, a directory, not an executable format).
+pub(super) fn cannot_run_status(error: &std::io::Error) -> u8 {
+    match error.kind() {
+        std::io::ErrorKind::NotFound => 127,
+        _ => 126,
+    }
 }

@@ -18,10 +18,13 @@ use super::process::{Io, WarmGuard};
 use super::run::{HookContext, RunOutcome, RunSpec, run};
 use crate::election::{ResignHandle, Role, RoleEvent, Status};
 
+mod backoff;
 mod handle;
 mod running;
 mod step_down;
 mod warm;
+pub use backoff::CrashLoopWiring;
+use backoff::CrashLoops;
 pub use handle::{HookResign, Hooks};
 use running::{RunningHook, join_running};
 
@@ -88,6 +91,8 @@ struct Supervisor {
     warm_due: Option<Instant>,
     /// The warm guard a shutdown closed, until it has exited.
     closing_warm: Option<tokio::task::JoinHandle<()>>,
+    /// Hooks that keep failing, and how long each is held off (`backoff.rs`).
+    crash_loops: CrashLoops,
 }
 
 impl Supervisor {
@@ -96,8 +101,11 @@ impl Supervisor {
         context: HookContext,
         status: watch::Receiver<Status>,
         resign: ResignHandle,
+        crash_loops: CrashLoopWiring,
     ) -> Self {
+        let crash_loops = CrashLoops::new(crash_loops, context.interval);
         Supervisor {
+            crash_loops,
             config,
             context,
             status,
@@ -216,6 +224,7 @@ impl Supervisor {
         };
         info!(term, "starting leader_command");
         self.command_run = Some(self.spawn(spec));
+        self.crash_loops.command_started();
     }
 
     fn on_event(&mut self, event: RoleEvent) {
@@ -244,6 +253,7 @@ impl Supervisor {
             RoleEvent::Demoted { term } => {
                 self.leading = None;
                 self.command_restart_at = None;
+                self.crash_loops.term_ended();
                 // Queued leader-only hooks of that term are moot now.
                 self.queue.retain(|job| job.elected_term.is_none());
                 // Running ones are stopped by their fence (the status no longer says
@@ -383,6 +393,9 @@ impl Supervisor {
                     self.command_restart_at = None;
                     self.start_leader_command();
                 }
+                _ = sleep_until(self.crash_loops.reopen_at.unwrap_or_else(Instant::now)), if self.crash_loops.reopen_at.is_some() => {
+                    self.crash_loops.reopen();
+                }
             }
             self.start_next_event_hook();
             self.resign_when_stepped_down();
@@ -409,14 +422,14 @@ impl Supervisor {
             && self.resigning.is_none()
             && self.config.on_elected_failure == ElectedFailure::StepDown
         {
-            warn!(
-                term = self.leading,
-                "on_elected failed; stepping down (hooks.on_elected_failure = \"step_down\")"
-            );
+            // Stepping down, and (backoff.rs) out of claims for a while.
+            self.crash_loops.elected_failed(self.leading);
             self.begin_step_down(StepDown::Resign);
             return;
         }
-        if failed {
+        if !failed {
+            self.crash_loops.elected_succeeded();
+        } else {
             warn!(
                 term = self.leading,
                 "on_elected failed; leading anyway (hooks.on_elected_failure = \"ignore\")"
@@ -453,8 +466,15 @@ impl Supervisor {
                 Restart::Never => false,
             };
         if restart {
-            // Not in a tight loop, and only once the lease is comfortably ahead again.
-            self.command_restart_at = Some(Instant::now() + self.context.interval);
+            // Not in a tight loop, and only once the lease is comfortably ahead again; a
+            // command that keeps exiting waits longer each time (backoff.rs).
+            let delay = match outcome.stopped {
+                true => self.context.interval,
+                false => self
+                    .crash_loops
+                    .command_exited(term, &super::run::describe(outcome.status)),
+            };
+            self.command_restart_at = Some(Instant::now() + delay);
         }
     }
 }

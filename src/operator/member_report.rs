@@ -9,7 +9,8 @@ use crate::store::{Member, MemberStanding};
 pub struct MemberReport {
     pub node_id: String,
     /// leader, follower, observer, unhealthy (its health check has not passed yet, or
-    /// fails), or gone (it stopped, or was not seen for three record periods).
+    /// fails), backoff (its on_elected keeps failing: it claims nothing for a while), or
+    /// gone (it stopped, or was not seen for three record periods).
     pub role: &'static str,
     pub candidate: bool,
     pub priority: i64,
@@ -33,6 +34,7 @@ pub fn member_reports(members: &[Member], leader: Option<&str>) -> Vec<MemberRep
                 MemberStanding::Candidate => "follower",
                 MemberStanding::Observer => "observer",
                 MemberStanding::Starting | MemberStanding::Unhealthy => "unhealthy",
+                MemberStanding::BackingOff => "backoff",
             },
             candidate: m.candidate,
             priority: m.priority,

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::{
     EXIT_BAD_TARGET, EXIT_NO_CANDIDATE, EXIT_NO_LEADER, EXIT_NOT_TAKEN_OVER, EXIT_PAUSED,
-    OperatorError, commands_store, write_failed,
+    EXIT_USAGE, OperatorError, commands_store, write_failed,
 };
 use crate::config::Config;
 use crate::store::{ControlStore, Member, MemberStanding, StepDownRequest};
@@ -36,8 +36,13 @@ pub enum StepDownOutcome {
     Paused,
     /// `handover --to` the node that leads already (a success).
     AlreadyLeads { node: String, term: i64 },
-    /// The named node cannot take over.
-    BadTarget { to: String, why: String },
+    /// The named node cannot take over; `force_helps`: it may yet, as far as the table
+    /// can tell (its record is missing or stale), so `--force` is worth suggesting.
+    BadTarget {
+        to: String,
+        why: String,
+        force_helps: bool,
+    },
     /// `resign`: no other live, healthy candidate could take over.
     NoCandidate { leader: String },
     /// The named node did not accept the handover within its window (it is not running,
@@ -104,9 +109,18 @@ impl StepDownOutcome {
             StepDownOutcome::AlreadyLeads { node, term } => {
                 format!("{node:?} already leads election {election:?} (term {term})")
             }
-            StepDownOutcome::BadTarget { to, why } => format!(
-                "cannot hand election {election:?} over to {to:?}: {why} (`--force` hands \
-                 over regardless)"
+            StepDownOutcome::BadTarget {
+                to,
+                why,
+                force_helps: true,
+            } => format!(
+                "cannot hand election {election:?} over to {to:?}: {why} (if it does run, \
+                 `--force` hands over regardless; if not, nobody leads for two lease lengths)"
+            ),
+            StepDownOutcome::BadTarget { to, why, .. } => format!(
+                "cannot hand election {election:?} over to {to:?}: {why}; it would not claim, \
+                 so forcing it would only leave the election without a leader for two lease \
+                 lengths"
             ),
             StepDownOutcome::NoCandidate { leader } => format!(
                 "no other live, healthy candidate could take election {election:?} over from \
@@ -162,6 +176,14 @@ pub async fn step_down(
     term: Option<i64>,
 ) -> Result<ExitCode, OperatorError> {
     let election = config.election.name.as_str();
+    if let Some(lock) = election.strip_prefix(crate::lock::LOCK_ROW_PREFIX) {
+        eprintln!(
+            "leaderd: {election:?} is the row of `leaderd lock {lock}`, not an election: no \
+             node could take it over; `leaderd unlock {lock}` releases it if its holder is \
+             gone (`--force`: whoever holds it)"
+        );
+        return Ok(ExitCode::from(EXIT_USAGE));
+    }
     let mut store = commands_store(config);
     let outcome = step_down_in_term(&mut store, election, &command, term, |said| {
         eprintln!("leaderd: {said}")
@@ -249,9 +271,13 @@ async fn step_down_in_term<S: ControlStore>(
     if !command.force {
         match &command.to {
             Some(to) => {
-                if let Err(why) = check_target(&members, to) {
+                if let Err((why, force_helps)) = check_target(&members, to) {
                     let to = to.clone();
-                    return Ok(StepDownOutcome::BadTarget { to, why });
+                    return Ok(StepDownOutcome::BadTarget {
+                        to,
+                        why,
+                        force_helps,
+                    });
                 }
             }
             None => {
@@ -400,8 +426,19 @@ async fn hold_off<S: ControlStore>(
     }
 }
 
-/// Why `to` cannot take over, if it cannot.
-fn check_target(members: &[Member], to: &str) -> Result<(), String> {
+/// Why `to` cannot take over, if it cannot, and whether it may all the same (a node
+/// that runs but whose record is missing or stale): only then can `--force` help.
+fn check_target(members: &[Member], to: &str) -> Result<(), (String, bool)> {
+    check_target_record(members, to).map_err(|why| {
+        let unknown_where_none_is_known = members.is_empty();
+        let stale = members
+            .iter()
+            .any(|m| m.node_id == to && m.gone() && m.standing != Some(MemberStanding::Stopped));
+        (why, unknown_where_none_is_known || stale)
+    })
+}
+
+fn check_target_record(members: &[Member], to: &str) -> Result<(), String> {
     let names = || {
         members
             .iter()
@@ -411,10 +448,10 @@ fn check_target(members: &[Member], to: &str) -> Result<(), String> {
             .join(", ")
     };
     let Some(m) = members.iter().find(|m| m.node_id == to) else {
-        return Err(format!(
-            "unknown node: no member of that id (members: {})",
-            names()
-        ));
+        return Err(match members.is_empty() {
+            true => "unknown node: no node has recorded itself in leaderd_member".to_owned(),
+            false => format!("unknown node: no member of that id (members: {})", names()),
+        });
     };
     let ago = humantime::format_duration(Duration::from_secs(m.seen_ago.as_secs()));
     match m.standing() {
@@ -432,5 +469,10 @@ fn check_target(members: &[Member], to: &str) -> Result<(), String> {
         MemberStanding::Unhealthy => {
             Err("the node is unhealthy: its health check fails".to_owned())
         }
+        MemberStanding::BackingOff => Err(
+            "the node is backing off: its on_elected keeps failing, so it claims nothing for \
+             a while"
+                .to_owned(),
+        ),
     }
 }

@@ -105,6 +105,7 @@ impl Process {
         let (standing_sender, standing) = watch::channel(Standing {
             candidate: spec.candidate,
             health: health_gate.as_ref().map(|_| Health::Starting),
+            backoff: None,
         });
         let events = election.events();
         let resign = election.resign_handle();

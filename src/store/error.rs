@@ -73,11 +73,12 @@ impl From<tokio::task::JoinError> for StoreError {
 
 impl StoreError {
     /// Every [`StoreError::kind`], so that counters by kind can start at zero.
-    pub const KINDS: [&'static str; 11] = [
+    pub const KINDS: [&'static str; 12] = [
         "connect",
         "tls",
         "connect_timeout",
         "query",
+        "missing_table",
         "schema_outdated",
         "permission",
         "query_timeout",
@@ -93,6 +94,8 @@ impl StoreError {
             StoreError::Connect { .. } => "connect",
             StoreError::Tls { .. } => "tls",
             StoreError::ConnectTimeout { .. } => "connect_timeout",
+            // The migrations have not run here: no outage, a step left out.
+            StoreError::Query(error) if error_text::missing_table(error) => "missing_table",
             StoreError::Query(_) => "query",
             StoreError::SchemaOutdated { .. } => "schema_outdated",
             StoreError::PermissionDenied { .. } => "permission",

@@ -17,6 +17,8 @@ pub enum MemberStanding {
     Starting,
     /// A candidate whose health check fails.
     Unhealthy,
+    /// A candidate whose `on_elected` keeps failing: it claims nothing for a while.
+    BackingOff,
     /// It stepped down and left (a clean stop).
     Stopped,
 }
@@ -28,6 +30,7 @@ impl MemberStanding {
             MemberStanding::Candidate => "candidate",
             MemberStanding::Starting => "starting",
             MemberStanding::Unhealthy => "unhealthy",
+            MemberStanding::BackingOff => "backoff",
             MemberStanding::Stopped => "stopped",
         }
     }
@@ -38,6 +41,7 @@ impl MemberStanding {
             MemberStanding::Candidate,
             MemberStanding::Starting,
             MemberStanding::Unhealthy,
+            MemberStanding::BackingOff,
             MemberStanding::Stopped,
         ]
         .into_iter()

@@ -37,7 +37,7 @@ pub use lease::{Commands, HeldRow, Lease, LeaseRow, Pending, ProcessToken};
 pub use lease_store::{ControlStore, LeaseStore, StepDownRequest};
 pub use member::{MEMBER_PERIOD, MEMBER_PRUNE_AFTER, Member, MemberRecord, MemberStanding};
 pub use pooler::Pooler;
-pub use sql::DbConnection;
+pub use sql::{DbConnection, migrations_applied};
 pub use sql_store::{SqlStore, Timeouts};
 pub use tls::TlsError;
 pub use url::{DatabaseUrl, UrlError};

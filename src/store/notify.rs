@@ -45,13 +45,16 @@ pub fn listen(url: Arc<DatabaseUrl>, connect_timeout: Duration, name: &str) -> m
     let name = name.to_owned();
     tokio::spawn(async move {
         let mut reported = false;
+        // An outage said and its end not yet: said once LISTEN works again.
+        let mut unavailable = false;
         loop {
             tokio::select! {
                 _ = sender.closed() => return,
-                (listened, ended) = listen_once(&url, connect_timeout, &name, &sender) => {
+                (listened, ended) = listen_once(&url, connect_timeout, &name, &sender, &mut unavailable) => {
                     // Said once per outage: polling carries on regardless.
                     if listened || !reported {
                         info!(%ended, "release notifications unavailable; relying on polling");
+                        unavailable = true;
                     }
                     reported = true;
                 }
@@ -72,8 +75,9 @@ async fn listen_once(
     connect_timeout: Duration,
     name: &str,
     wake: &mpsc::Sender<()>,
+    unavailable: &mut bool,
 ) -> (bool, String) {
-    match listen_until_failure(url, connect_timeout, name, wake).await {
+    match listen_until_failure(url, connect_timeout, name, wake, unavailable).await {
         Ok(ended) => (true, ended),
         Err(ended) => (false, ended),
     }
@@ -85,6 +89,7 @@ async fn listen_until_failure(
     connect_timeout: Duration,
     name: &str,
     wake: &mpsc::Sender<()>,
+    unavailable: &mut bool,
 ) -> Result<String, String> {
     let mut conn = match timeout(connect_timeout, super::tls::connect_postgres(url)).await {
         Ok(Ok(conn)) => conn,
@@ -96,6 +101,9 @@ async fn listen_until_failure(
         Ok(Ok(())) => debug!(channel = CHANNEL, "listening for releases"),
         Ok(Err(error)) => return Err(format!("LISTEN failed: {error}")),
         Err(_) => return Err("LISTEN timed out".to_owned()),
+    }
+    if std::mem::take(unavailable) {
+        info!("release notifications available again");
     }
     // A release between a poll and this LISTEN is caught by the next poll.
     let _ = wake.try_send(());

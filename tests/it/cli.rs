@@ -9,6 +9,7 @@ use common::{Backend, Node, NodeSettings, Sampler, StatusFile, TestDb, leaderd, 
 use std::time::Duration;
 
 mod environment;
+mod messages;
 
 fn check_config(env: &[(&str, &str)]) -> (Option<i32>, String, String) {
     let output = leaderd()

@@ -127,6 +127,9 @@ async fn handover_goes_to_the_named_node(backend: Backend) {
         .await;
         assert_eq!(ran.code, Some(code), "{}", ran.stderr);
         assert!(ran.stderr.contains(why), "{}", ran.stderr);
+        // Forcing a handover to a node that does not exist only leaves the election
+        // leaderless: not suggested.
+        assert!(!ran.stderr.contains("`--force`"), "{}", ran.stderr);
     }
     assert_eq!(
         agreed_leader(&sampler.sample(&all)),
@@ -457,6 +460,10 @@ async fn a_node_that_cannot_claim_is_never_handed_the_lease(backend: Backend) {
     .await;
     assert_eq!(ran.code, Some(2), "{}", ran.stderr);
     assert!(ran.stderr.contains("an observer"), "{}", ran.stderr);
+    // An observer never claims: forcing would leave the election leaderless for two
+    // lease lengths, so --force is not suggested.
+    assert!(!ran.stderr.contains("`--force`"), "{}", ran.stderr);
+    assert!(ran.stderr.contains("two lease lengths"), "{}", ran.stderr);
 
     // Past a member record of the leader's (every 10 s) with preempt_after long over.
     sampler.watch(&all, Duration::from_secs(13)).await;

@@ -13,6 +13,7 @@ use common::{
 use nix::sys::signal::Signal;
 use std::time::Duration;
 
+mod backoff;
 mod environment;
 mod escape;
 mod names;

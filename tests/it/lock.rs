@@ -14,8 +14,10 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 
 mod cron;
+mod flock;
 mod processes;
 mod rows;
+mod unlock;
 
 const HELD: i32 = 75;
 const LOST: i32 = 76;

@@ -377,6 +377,8 @@ async fn status_local_exit_codes_follow_the_status_file() {
     let (code, text) = status_local(leader, false);
     assert_eq!(code, 3, "{text}");
     assert!(text.contains("stale"), "{text}");
+    // The role printed first is what the exit status says: no one's, not "leader".
+    assert!(text.starts_with("unknown"), "{text}");
 
     let mut missing = leaderd();
     let output = missing

@@ -46,6 +46,20 @@ impl Outcome {
     }
 }
 
+/// Why `path` cannot be written, if its directory is missing or not a directory: found
+/// before the lock is taken and COMMAND runs, not after.
+pub(super) fn check_directory(path: &Path) -> Result<(), String> {
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    match std::fs::metadata(directory) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(format!("{} is not a directory", directory.display())),
+        Err(error) => Err(format!("directory {}: {error}", directory.display())),
+    }
+}
+
 /// Runs `lock` (the whole `leaderd lock`), then writes its outcome to `metrics_file`.
 pub(super) async fn recorded(
     metrics_file: Option<&Path>,

@@ -7,7 +7,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::warn;
 
-use super::Supervisor;
+use super::{CrashLoopWiring, Supervisor};
 use crate::election::{ResignHandle, RoleEvent, Status};
 use crate::hooks::config::HooksConfig;
 use crate::hooks::run::{HookContext, KILL_GRACE};
@@ -22,19 +22,21 @@ pub struct Hooks {
 }
 
 impl Hooks {
-    /// Starts the supervisor for `config` on the election's events and status.
+    /// Starts the supervisor for `config` on the election's events and status; a crash loop
+    /// shows and acts through `crash_loops`.
     pub fn spawn(
         config: HooksConfig,
         context: HookContext,
         events: mpsc::UnboundedReceiver<RoleEvent>,
         status: watch::Receiver<Status>,
         resign: ResignHandle,
+        crash_loops: CrashLoopWiring,
     ) -> Hooks {
         let (step_down, step_down_requests) = oneshot::channel();
         let (reloads, reloaded) = mpsc::unbounded_channel();
         let (resigns, resign_requests) = mpsc::channel(1);
         let shutdown_timeout = config.shutdown_timeout;
-        let supervisor = Supervisor::new(config, context, status, resign);
+        let supervisor = Supervisor::new(config, context, status, resign, crash_loops);
         let task =
             tokio::spawn(supervisor.run(events, step_down_requests, reloaded, resign_requests));
         Hooks {

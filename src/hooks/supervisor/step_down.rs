@@ -41,6 +41,16 @@ impl Supervisor {
             self.demoted_queued = Some(term);
             let mut env = self.env("demoted", Role::Unknown);
             set(&mut env, "LEADERD_TERM", term.to_string());
+            // This node no longer leads: whoever leads next is not known yet, and the
+            // leader before that is this node.
+            if self.leader.as_deref() == Some(self.context.node_id.as_str()) {
+                set(&mut env, "LEADERD_LEADER", String::new());
+                set(
+                    &mut env,
+                    "LEADERD_PREVIOUS_LEADER",
+                    self.context.node_id.clone(),
+                );
+            }
             self.queue.push_back(EventJob {
                 hook: "on_demoted",
                 command,

@@ -24,6 +24,15 @@ const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqli
 /// The MySQL named lock through which nodes take turns to migrate.
 const MYSQL_MIGRATION_LOCK: &str = "leaderd_migrations";
 
+/// Migrations this process has applied, all connections together: `leaderd migrate`
+/// says from it whether it changed anything.
+static APPLIED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many migrations this process has applied so far.
+pub fn applied_by_this_process() -> usize {
+    std::sync::atomic::AtomicUsize::load(&APPLIED, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// How long a node waits for another node's migrations (MySQL, SQLite).
 const MIGRATION_LOCK_WAIT: Duration = Duration::from_secs(10);
 
@@ -168,6 +177,7 @@ where
                 true => diesel::Connection::transaction(&mut conn, apply)?,
                 false => apply(&mut conn)?,
             }
+            APPLIED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(())
     });

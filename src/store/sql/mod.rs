@@ -116,6 +116,7 @@ macro_rules! on_connection {
 mod control;
 mod durability;
 mod migrate;
+pub use migrate::applied_by_this_process as migrations_applied;
 
 use durability::check_mysql_durability;
 

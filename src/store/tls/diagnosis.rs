@@ -9,22 +9,37 @@ use tracing::warn;
 use super::{Mode, Names, TlsError, TlsParams};
 use crate::store::{DatabaseUrl, StoreError};
 
-/// Logs, once per host and process, that the connection to `host` is not encrypted.
+/// Logs, once per host and process, that the connection to `host` is not encrypted;
+/// not for this host's own loopback (127.0.0.0/8, ::1, localhost), whose traffic never
+/// leaves it.
 pub(super) fn warn_unencrypted(host: &str, why: &str, names: &Names) {
     static WARNED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    if is_loopback(host) {
+        return;
+    }
     let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
     if warned.get_or_insert_default().insert(host.to_owned()) {
+        let (require, plain) = match names.mode {
+            "sslmode" => ("verify-full", "disable"),
+            _ => ("VERIFY_IDENTITY", "DISABLED"),
+        };
         warn!(
             host,
-            "the database connection to {host} is not encrypted ({why}); set {}={} to refuse \
-             unencrypted connections",
-            names.mode,
-            match names.mode {
-                "sslmode" => "verify-full",
-                _ => "VERIFY_IDENTITY",
-            }
+            "the database connection to {host} is not encrypted ({why}); if the server offers \
+             TLS, set {mode}={require} to refuse unencrypted connections; if it does not and \
+             plain text is meant, {mode}={plain} says so and silences this warning",
+            mode = names.mode,
         );
     }
+}
+
+/// `localhost`, or an address of the loopback network, bracketed or not.
+fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 pub(super) fn connect_error(url: &DatabaseUrl, cause: diesel::ConnectionError) -> StoreError {
@@ -132,5 +147,25 @@ fn from_rustls(
             host,
             reason: other.to_string(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn loopback_hosts_are_localhost_and_the_loopback_networks() {
+        for host in [
+            "localhost",
+            "LOCALHOST",
+            "127.0.0.1",
+            "127.3.2.1",
+            "::1",
+            "[::1]",
+        ] {
+            assert!(super::is_loopback(host), "{host}");
+        }
+        for host in ["192.0.2.2", "db.internal", "::2", "localhost.example"] {
+            assert!(!super::is_loopback(host), "{host}");
+        }
     }
 }

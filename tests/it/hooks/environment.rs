@@ -52,3 +52,26 @@ env = { HOOK_OWN = "yes" }
     }
     drop(node);
 }
+
+/// `on_demoted` runs once this node no longer leads: `LEADERD_LEADER` is empty (the next
+/// leader is not known yet), not this node, and `LEADERD_PREVIOUS_LEADER` is this node.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_demoted_is_not_told_that_this_node_leads() {
+    let db = TestDb::new(Backend::Sqlite);
+    let settings = hooks_config(
+        &db,
+        r#"
+on_elected = ["sh", "-c", "env > DIR/elected.tmp && mv DIR/elected.tmp DIR/elected.env"]
+on_demoted = ["sh", "-c", "env > DIR/demoted.tmp && mv DIR/demoted.tmp DIR/demoted.env"]
+"#,
+    );
+    let node = start(&db, &settings, "demoted-node", &db.url);
+    let elected = env_dump(&db.dir.join("elected.env")).await;
+    assert_eq!(elected["LEADERD_LEADER"], "demoted-node");
+    node.signal(nix::sys::signal::Signal::SIGTERM);
+    let demoted = env_dump(&db.dir.join("demoted.env")).await;
+    assert_eq!(demoted["LEADERD_EVENT"], "demoted");
+    assert_eq!(demoted["LEADERD_LEADER"], "", "{demoted:?}");
+    assert_eq!(demoted["LEADERD_PREVIOUS_LEADER"], "demoted-node");
+    assert_eq!(demoted["LEADERD_TERM"], elected["LEADERD_TERM"]);
+}

@@ -84,6 +84,7 @@ fn the_grafana_dashboard_is_valid_and_queries_leaderd_metrics() {
         "Handovers",
         "Hook outcomes",
         "Database errors",
+        "Lock jobs",
     ] {
         assert!(
             titles.iter().any(|t| t.starts_with(wanted)),

@@ -204,7 +204,7 @@ fn the_debian_package_installs_runs_as_the_service_user_and_purges() {
     let completion =
         std::fs::read_to_string(root.join("usr/share/bash-completion/completions/leaderd"))
             .unwrap();
-    // Hidden subcommands (the hook guard, these generators) are not offered.
+    // The hidden subcommand (the hook guard) is not offered.
     assert!(completion.contains("check-config") && !completion.contains("hook-guard"));
     let man = run(Command::new("sh").arg("-c").arg(format!(
         "zcat {}/usr/share/man/man1/leaderd.1.gz",

@@ -97,6 +97,46 @@ async fn wait_follows_the_election(backend: Backend) {
     assert_eq!(exit_of(no_leader, Duration::from_secs(15)).await, 0);
 }
 
-backend_tests!(postgres = Backend::Postgres => wait_follows_the_election);
-backend_tests!(mysql = Backend::Mysql => wait_follows_the_election);
-backend_tests!(sqlite = Backend::Sqlite => wait_follows_the_election);
+/// A crash failover: the leader is SIGKILLed and the follower claims the instant the
+/// lease lapses, so no read need fall in a moment without a leader. `no-leader` holds all
+/// the same (the lease changed hands, which it does only through such a moment), and
+/// `changed` (a new term or leader) holds; neither holds before the kill, and `changed`
+/// started after the failover waits for the next change.
+async fn wait_sees_a_crash_failover(backend: Backend) {
+    let db = TestDb::new(backend);
+    let settings = NodeSettings::roomy();
+    let status = db.dir.join("unused.status.json");
+    let nodes: Vec<Node> = ["a", "b"]
+        .iter()
+        .map(|id| Node::start(&db, &settings, id, &db.url))
+        .collect();
+    let all: Vec<&Node> = nodes.iter().collect();
+    let mut sampler = Sampler::new();
+    let (leader, term) = wait_agreed(&mut sampler, &all).await;
+    let mut no_leader = wait(&db, &settings, &status, "no-leader", &["--timeout", "30s"]);
+    let mut changed = wait(&db, &settings, &status, "changed", &["--timeout", "30s"]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        still_waiting(&mut no_leader),
+        "no-leader held under a live leader"
+    );
+    assert!(
+        still_waiting(&mut changed),
+        "changed held with nothing changed"
+    );
+    nodes
+        .iter()
+        .find(|n| n.id == leader)
+        .unwrap()
+        .signal(nix::sys::signal::Signal::SIGKILL);
+    let survivors: Vec<&Node> = nodes.iter().filter(|n| n.id != leader).collect();
+    wait_new_leader(&mut sampler, &survivors, term).await;
+    assert_eq!(exit_of(no_leader, Duration::from_secs(20)).await, 0);
+    assert_eq!(exit_of(changed, Duration::from_secs(20)).await, 0);
+    let after = wait(&db, &settings, &status, "changed", &["--timeout", "1s"]);
+    assert_eq!(exit_of(after, Duration::from_secs(10)).await, TIMED_OUT);
+}
+
+backend_tests!(postgres = Backend::Postgres => wait_follows_the_election, wait_sees_a_crash_failover);
+backend_tests!(mysql = Backend::Mysql => wait_follows_the_election, wait_sees_a_crash_failover);
+backend_tests!(sqlite = Backend::Sqlite => wait_follows_the_election, wait_sees_a_crash_failover);

@@ -316,7 +316,8 @@ fn wait_leader(node: &Node) {
 }
 
 /// The real binary over verified TLS on both backends becomes leader; on a plain
-/// connection (prefer, server without TLS) it says so once, naming the host.
+/// connection (prefer, server without TLS) it says so once, naming the host, unless the
+/// host is a loopback one.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_daemon_leads_over_verified_tls_and_warns_once_about_plain_text() {
     let s = servers();
@@ -333,14 +334,35 @@ async fn the_daemon_leads_over_verified_tls_and_warns_once_about_plain_text() {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+    // Plain text over loopback never leaves the host: no warning.
     let plain = pg_url(s.pg_plain_port, "localhost", "postgres", "");
     let mut node = Node::start(&scratch, &NodeSettings::default(), "plain", &plain);
     wait_leader(&node);
     // Past a few renewals and the listener's connection.
     std::thread::sleep(Duration::from_secs(2));
+    assert!(!node.log().contains("not encrypted"), "{}", node.log());
+    node.signal(nix::sys::signal::Signal::SIGTERM);
+    while node.try_exit().is_none() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Through an address of this host that is not a loopback one: said once.
+    let Some(ip) = crate::support::proxy::non_loopback_ip() else {
+        eprintln!("skipped the remote half: this host has no address but loopback");
+        return;
+    };
+    let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], s.pg_plain_port));
+    let proxy = crate::support::proxy::Proxy::start_on(ip, upstream).await;
+    let remote = pg_url(proxy.addr.port(), &ip.to_string(), "postgres", "");
+    let mut node = Node::start(&scratch, &NodeSettings::default(), "remote", &remote);
+    wait_leader(&node);
+    std::thread::sleep(Duration::from_secs(2));
     let log = node.log();
     assert_eq!(log.matches("is not encrypted").count(), 1, "{log}");
-    assert!(log.contains("database connection to localhost"), "{log}");
+    assert!(
+        log.contains(&format!("database connection to {ip}")),
+        "{log}"
+    );
+    assert!(log.contains("sslmode=disable"), "{log}");
     node.signal(nix::sys::signal::Signal::SIGTERM);
     while node.try_exit().is_none() {
         std::thread::sleep(Duration::from_millis(20));

@@ -26,7 +26,12 @@ pub struct Proxy {
 
 impl Proxy {
     pub async fn start(upstream: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Proxy::start_on([127, 0, 0, 1].into(), upstream).await
+    }
+
+    /// [`Proxy::start`], listening on `ip` (an address of this host).
+    pub async fn start_on(ip: std::net::IpAddr, upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind((ip, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (mode, watching) = watch::channel(Mode::Pass);
         let task = tokio::spawn(async move {
@@ -98,4 +103,14 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut mode: watch::
             return;
         }
     }
+}
+
+/// An address of this host that is not a loopback one (the source address of its default
+/// route), if it has one: a connection to it counts as a remote one.
+pub fn non_loopback_ip() -> Option<std::net::IpAddr> {
+    // Connecting a UDP socket sends nothing; it only picks the route and its source.
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("192.0.2.200:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
 }
