@@ -31,6 +31,7 @@ env = { HOOK_OWN = "yes" }
     );
     for (name, own) in [("elected.env", false), ("command.env", true)] {
         let env = env_dump(&db.dir.join(name)).await;
+        let node_term = node.status().and_then(|s| s.term);
         let leaked: Vec<&String> = env
             .keys()
             .filter(|k| k.starts_with("LEADERD_") && k.contains("__"))
@@ -42,7 +43,8 @@ env = { HOOK_OWN = "yes" }
         );
         assert_eq!(env["LEADERD_NODE_ID"], "env-node", "{name}");
         assert_eq!(env["LEADERD_ELECTION"], settings.election, "{name}");
-        assert_eq!(env["LEADERD_TERM"], "1", "{name}");
+        let term: i64 = env["LEADERD_TERM"].parse().unwrap();
+        assert_eq!(Some(term), node_term, "{name}");
         assert_eq!(env["LEADERD_ROLE"], "leader", "{name}");
         assert_eq!(env["RECORD_DIR"], db.dir.to_str().unwrap(), "{name}");
         assert_eq!(
