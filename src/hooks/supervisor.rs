@@ -17,6 +17,7 @@ use super::config::{ElectedFailure, HookCommand, HooksConfig, Restart};
 use super::process::{Io, WarmGuard};
 use super::run::{HookContext, RunOutcome, RunSpec, run};
 use crate::election::{ResignHandle, Role, RoleEvent, Status};
+use crate::store::Fence;
 
 mod handle;
 mod running;
@@ -142,6 +143,16 @@ impl Supervisor {
             (
                 "LEADERD_TERM".into(),
                 self.term.map(|t| t.to_string()).unwrap_or_default(),
+            ),
+            // Leader work's only: a follower's hook must not pass for the leader's term.
+            (
+                "LEADERD_FENCE".into(),
+                match (role, self.term) {
+                    (Role::Leader, Some(term)) => {
+                        Fence::new(&c.election, term).statement(c.backend)
+                    }
+                    _ => String::new(),
+                },
             ),
         ]
     }
