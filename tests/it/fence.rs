@@ -45,7 +45,8 @@ impl WorkConnection {
                 let mut c = SyncConnectionWrapper::<diesel::SqliteConnection>::establish(path)
                     .await
                     .map_err(failed)?;
-                c.batch_execute("PRAGMA busy_timeout = 10000").await?;
+                c.batch_execute("PRAGMA busy_timeout = 10000; PRAGMA synchronous = NORMAL")
+                    .await?;
                 WorkConnection::Sqlite(c)
             }
         })
