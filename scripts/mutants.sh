@@ -7,9 +7,9 @@
 # or the operator commands, is not reachable by those: "-"). One the simulator misses is run against the election's and the
 # store's unit tests, and the row says so; it fails only if those miss it too.
 # The fence's mutants (60-69: the SQL of leaderd_fence, in migrations/) are outside the
-# simulator: each runs the fence's integration tests against the real databases
-# (`cargo test --test it fence::`, about a minute), and the row names the tests that
-# failed.
+# simulator: each runs the fence's integration tests against the real databases and a
+# Galera cluster (`cargo test --test it -- fence:: galera::`, about two minutes), and the
+# row names the tests that failed.
 # `--check` only checks that every patch still applies (CI runs that).
 #   scripts/mutants.sh [--check] [mutants/NN-name.patch ...]
 set -euo pipefail
@@ -48,10 +48,10 @@ for patch in "${patches[@]}"; do
   if [[ "$name" == 6[0-9]-* ]]; then
     git apply "$patch"
     applied=$patch
-    out=$(cargo test -q --test it fence:: 2>&1 || true)
+    out=$(cargo test -q --test it -- fence:: galera:: 2>&1 || true)
     git apply -R "$patch"
     applied=""
-    if failed=$(grep -oE '^---- fence::[a-z_:]+' <<<"$out"); then
+    if failed=$(grep -oE '^---- (fence|galera)::[a-z_:]+' <<<"$out"); then
       echo "| $name | real databases: $(sed 's/^---- //' <<<"$failed" | sort | paste -sd ' ') | - | - | - |"
     else
       echo "| $name | ESCAPED | - | - | - |"

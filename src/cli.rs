@@ -13,7 +13,7 @@ use crate::hooks;
 use crate::logging::{self, LogFormat};
 use crate::operator;
 use crate::signals;
-use crate::store::StoreError;
+use crate::store::{DbConnection, StoreError};
 
 mod exit;
 mod lock;
@@ -436,6 +436,26 @@ async fn migrate(config: Config) -> anyhow::Result<()> {
         .connect()
         .await
         .with_context(|| format!("cannot migrate {}", config.database.url))?;
+    // The fence's trigger on a Galera member (docs/fencing.md): here, not at a node's start.
+    let fence = async {
+        let timeout = config.database.query_timeout;
+        DbConnection::connect(&config.database.url, timeout)
+            .await?
+            .create_galera_fence_trigger()
+            .await
+    };
+    match fence.await {
+        Ok(true) => {
+            println!("created the trigger leaderd_fence_term, which the fence needs on Galera")
+        }
+        Ok(false) => {}
+        Err(error) => eprintln!(
+            "leaderd: could not create the trigger leaderd_fence_term on this Galera member \
+             ({error}): the fence for leader work refuses to run here until a user who may \
+             create triggers (with the binary log on: SUPER, or log_bin_trust_function_creators \
+             = 1) runs `leaderd migrate`"
+        ),
+    }
     println!("migrations applied to {}", config.database.url);
     Ok(())
 }

@@ -2,8 +2,9 @@
 //! what it refuses and the lock it holds, statement by statement (`store`); leader work
 //! in processes of its own writing through it while nodes, work and connections are
 //! broken, judged by commit order, with the fence and without (`jepsen`, its loop in
-//! `worker`); the statement handed to hooks and `leaderd lock` (`handed_out`); and the
-//! examples of docs/fencing.md, each run (`docs`).
+//! `worker`); the statement handed to hooks and `leaderd lock` (`handed_out`); the
+//! examples of docs/fencing.md, each run (`docs`); and the fence across the members of a
+//! Galera cluster (`galera`, run by `galera.rs` on its cluster).
 
 use crate::support as common;
 
@@ -15,6 +16,7 @@ use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use leaderd::store::{Fence, FenceError};
 
 mod docs;
+pub mod galera;
 mod handed_out;
 mod jepsen;
 mod store;

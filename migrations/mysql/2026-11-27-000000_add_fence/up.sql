@@ -7,32 +7,17 @@
 
 -- On a Galera member a lock holds on that member only, so there the fence also writes
 -- the election's row of this table, and every statement that starts a term writes it too
--- (the trigger below): certification then orders a fenced transaction and the claim of
--- the next term, whichever member each ran on, and aborts the later one if the two
--- overlap. A row of its own, not the election's: renewals never write it, so a fenced
--- transaction and the leader's renewal never abort each other.
+-- (the trigger leaderd_fence_term, which `leaderd migrate` creates on Galera members
+-- only: see DbConnection::create_galera_fence_trigger): certification then orders a
+-- fenced transaction and the claim of the next term, whichever member each ran on, and
+-- aborts the later one if the two overlap. A row of its own, not the election's:
+-- renewals never write it, so a fenced transaction and the leader's renewal never abort
+-- each other. Without the trigger the fence refuses on a Galera member (SQLSTATE LD002).
 CREATE TABLE IF NOT EXISTS leaderd_fence (
     name   VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY,
     term   BIGINT NOT NULL DEFAULT 0,
     writes BIGINT NOT NULL DEFAULT 0
 ) ENGINE = InnoDB;
-
--- The trigger, on Galera members only: elsewhere the lock is enough, and a trigger would
--- cost a SUPER privilege wherever the binary log is on, and fail every claim once its
--- definer is dropped. Without the privilege it is not created, the migration goes on, and
--- the fence refuses to run on that member, saying what to do (docs/fencing.md).
-BEGIN NOT ATOMIC
-    DECLARE CONTINUE HANDLER FOR 1419, 1142, 1227 BEGIN END;
-    IF @@GLOBAL.wsrep_on THEN
-        EXECUTE IMMEDIATE
-            'CREATE TRIGGER IF NOT EXISTS leaderd_fence_term
-                 AFTER UPDATE ON service_leader_lock FOR EACH ROW
-                 IF NEW.term <> OLD.term THEN
-                     INSERT INTO leaderd_fence (name, term, writes) VALUES (NEW.name, NEW.term, 1)
-                     ON DUPLICATE KEY UPDATE term = NEW.term, writes = writes + 1;
-                 END IF';
-    END IF;
-END;
 
 CREATE OR REPLACE PROCEDURE leaderd_fence(
     IN election VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, IN fenced_term BIGINT)
@@ -70,7 +55,8 @@ BEGIN
         ROLLBACK;
         SET reason = CONCAT('leaderd fence: election ', QUOTE(election),
                             ': this Galera member has no trigger leaderd_fence_term, without which ',
-                            'a lock here cannot stop a claim on another member (see docs/fencing.md)');
+                            'a lock here cannot stop a claim on another member: run leaderd migrate ',
+                            'as a user who may create triggers (see docs/fencing.md)');
         SIGNAL SQLSTATE 'LD002' SET MESSAGE_TEXT = reason;
     END IF;
     IF reason IS NOT NULL THEN

@@ -35,6 +35,24 @@ pub(in crate::store) fn fence_statement(backend: Backend, election: &str, term: 
     format!("{before}{election}{between}{term}{after}")
 }
 
+/// MySQL/MariaDB, on a Galera member only (created by `sql/migrate.rs`): every statement
+/// that starts a term also writes the election's row of `leaderd_fence`, which the fence
+/// writes there too, so that certification orders a fenced transaction and the next claim
+/// whichever members they ran on. A term's start is a change of `term`; a renewal, a
+/// release or an operator command writes nothing more.
+pub(in crate::store) const MYSQL_GALERA_TRIGGER: &str =
+    "CREATE TRIGGER IF NOT EXISTS leaderd_fence_term
+    AFTER UPDATE ON service_leader_lock FOR EACH ROW
+    IF NEW.term <> OLD.term THEN
+        INSERT INTO leaderd_fence (name, term, writes) VALUES (NEW.name, NEW.term, 1)
+        ON DUPLICATE KEY UPDATE term = NEW.term, writes = writes + 1;
+    END IF";
+
+/// () -> present: 1 if this database has the trigger of [`MYSQL_GALERA_TRIGGER`].
+pub(in crate::store) const MYSQL_GALERA_TRIGGER_PRESENT: &str =
+    "SELECT CAST(COUNT(*) AS SIGNED) AS present FROM information_schema.TRIGGERS
+     WHERE TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME = 'leaderd_fence_term'";
+
 /// Names without a quote or a backslash are written as they are, the others so that no
 /// server setting changes what they mean.
 fn plain(text: &str) -> bool {

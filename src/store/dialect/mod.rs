@@ -26,7 +26,9 @@ mod mysql;
 mod postgres;
 mod sqlite;
 
-pub(in crate::store) use fence::{fence_call, fence_statement};
+pub(in crate::store) use fence::{
+    MYSQL_GALERA_TRIGGER, MYSQL_GALERA_TRIGGER_PRESENT, fence_call, fence_statement,
+};
 
 pub(in crate::store) use mysql::{
     MYSQL, MYSQL_DURABILITY, MYSQL_WAKE_GIVE_BACK, MYSQL_WAKE_TAKE, MYSQL_WSREP_ON,

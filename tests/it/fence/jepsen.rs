@@ -63,8 +63,13 @@ impl Server {
     fn url(&self, proxy: Option<&Proxy>) -> String {
         let port = |own: u16| proxy.map_or(own, |p| p.addr.port());
         match self {
-            Server::Postgres(pg) => format!("postgres://postgres@127.0.0.1:{}/fence", port(pg.port)),
-            Server::Mysql(m) => format!("mysql://root@127.0.0.1:{}/test?prefer_socket=false", port(m.port)),
+            Server::Postgres(pg) => {
+                format!("postgres://postgres@127.0.0.1:{}/fence", port(pg.port))
+            }
+            Server::Mysql(m) => format!(
+                "mysql://root@127.0.0.1:{}/test?prefer_socket=false",
+                port(m.port)
+            ),
             Server::Sqlite(db) => db.url.clone(),
         }
     }
@@ -186,7 +191,9 @@ impl Cluster {
             status_dir: None,
         };
         let table = unique(&format!("work_{prefix}"));
-        let mut setup = WorkConnection::open(server.backend(), &server.url(None)).await.unwrap();
+        let mut setup = WorkConnection::open(server.backend(), &server.url(None))
+            .await
+            .unwrap();
         setup.exec(&server.create_table(&table)).await.unwrap();
         let mut cluster = Cluster {
             fenced,
@@ -204,7 +211,9 @@ impl Cluster {
                 Some(addr) => Some(Proxy::start(addr).await),
                 None => None,
             };
-            cluster.workers.push(cluster.worker(server, i, proxy.as_ref()));
+            cluster
+                .workers
+                .push(cluster.worker(server, i, proxy.as_ref()));
             cluster.proxies.push(proxy);
             let node = cluster.node(server, scratch, i);
             cluster.nodes.push(node);
@@ -223,14 +232,20 @@ impl Cluster {
     }
 
     fn worker(&self, server: &Server, i: usize, proxy: Option<&Proxy>) -> Child {
-        let log = std::fs::File::create(self.dir.join(format!("{}.worker.log", self.ids[i]))).unwrap();
+        let log =
+            std::fs::File::create(self.dir.join(format!("{}.worker.log", self.ids[i]))).unwrap();
         let backend = match server.backend() {
             Backend::Postgres => "postgres",
             Backend::Mysql => "mysql",
             Backend::Sqlite => "sqlite",
         };
         Command::new(std::env::current_exe().unwrap())
-            .args(["fence::worker::work_loop", "--exact", "--ignored", "--nocapture"])
+            .args([
+                "fence::worker::work_loop",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+            ])
             .args(["--test-threads", "1"])
             .env(worker::BACKEND, backend)
             .env(worker::URL, server.url(proxy))
@@ -251,7 +266,8 @@ impl Cluster {
         loop {
             let now = SystemTime::now();
             let leading = self.nodes.iter().position(|n| {
-                n.status().is_some_and(|s| s.is_leader() && s.valid_until > now)
+                n.status()
+                    .is_some_and(|s| s.is_leader() && s.valid_until > now)
             });
             if let Some(i) = leading {
                 return i;
@@ -274,7 +290,9 @@ impl Cluster {
             .env("LEADERD_DATABASE__URL", server.url(None))
             .env("LEADERD_ELECTION__NAME", &self.election)
             .env("LEADERD_LOG__LEVEL", "warn");
-        let output = tokio::task::spawn_blocking(move || resign.output().unwrap()).await.unwrap();
+        let output = tokio::task::spawn_blocking(move || resign.output().unwrap())
+            .await
+            .unwrap();
         match output.status.success() {
             true => Ok(()),
             false => Err(String::from_utf8_lossy(&output.stderr).into_owned()),
@@ -321,7 +339,9 @@ impl Drop for Cluster {
 /// Whether `pid` is stopped (state T in /proc).
 fn stopped(pid: Pid) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('T'))
+    stat.rsplit(')')
+        .next()
+        .is_some_and(|rest| rest.trim_start().starts_with('T'))
 }
 
 fn signal(pid: Pid, signal: Signal) {
@@ -331,8 +351,14 @@ fn signal(pid: Pid, signal: Signal) {
 /// The faults, in order; `servers` only where there is a connection and a server.
 const FAULTS: [(&str, bool); 7] = [
     ("handover", false),
-    ("work frozen after its fence 0.5 s, across a handover", false),
-    ("work frozen after its fence 2.5 s, across a handover", false),
+    (
+        "work frozen after its fence 0.5 s, across a handover",
+        false,
+    ),
+    (
+        "work frozen after its fence 2.5 s, across a handover",
+        false,
+    ),
     ("daemon frozen (SIGSTOP) 2.5 s", false),
     ("daemon killed (SIGKILL), restarted after 2.5 s", false),
     ("work's connection cut 2.5 s, across a handover", true),
@@ -403,7 +429,10 @@ struct Outcome {
 async fn judge(server: &Server, cluster: &Cluster, phases: &[(String, SystemTime)]) -> Outcome {
     use diesel_async::RunQueryDsl;
     let query = diesel::sql_query(server.in_commit_order(&cluster.table));
-    let rows: Vec<Committed> = match WorkConnection::open(server.backend(), &server.url(None)).await.unwrap() {
+    let rows: Vec<Committed> = match WorkConnection::open(server.backend(), &server.url(None))
+        .await
+        .unwrap()
+    {
         WorkConnection::Postgres(mut c) => query.load(&mut c).await,
         WorkConnection::Mysql(mut c) => query.load(&mut c).await,
         WorkConnection::Sqlite(mut c) => query.load(&mut c).await,
@@ -411,7 +440,10 @@ async fn judge(server: &Server, cluster: &Cluster, phases: &[(String, SystemTime
     .unwrap();
     let phase_of = |us: i64| {
         let at = SystemTime::UNIX_EPOCH + Duration::from_micros(us.max(0) as u64);
-        phases.iter().rposition(|(_, start)| *start <= at).unwrap_or(0)
+        phases
+            .iter()
+            .rposition(|(_, start)| *start <= at)
+            .unwrap_or(0)
     };
     let mut per_phase = vec![(0, 0); phases.len()];
     for row in &rows {
@@ -428,7 +460,12 @@ async fn judge(server: &Server, cluster: &Cluster, phases: &[(String, SystemTime
         terms: terms.len(),
         stale: stale
             .iter()
-            .map(|r| format!("{} term {} seq {} (commit #{} at {} µs)", r.node, r.term, r.seq, r.ord, r.us))
+            .map(|r| {
+                format!(
+                    "{} term {} seq {} (commit #{} at {} µs)",
+                    r.node, r.term, r.seq, r.ord, r.us
+                )
+            })
             .collect(),
     }
 }
@@ -473,10 +510,15 @@ async fn stale_commits_with_and_without_the_fence(backend: Backend) {
 
     let with = judge(&servers[0], &fenced, &phases).await;
     let without = judge(&servers[control_server], &control, &phases).await;
-    let mut table = format!("{backend:?}, {:.0?}: | fault | fenced: stale / rows | unfenced: stale / rows |\n", started.elapsed());
+    let mut table = format!(
+        "{backend:?}, {:.0?}: | fault | fenced: stale / rows | unfenced: stale / rows |\n",
+        started.elapsed()
+    );
     for (i, (phase, _)) in phases.iter().enumerate() {
         let ((rows_f, stale_f), (rows_c, stale_c)) = (with.per_phase[i], without.per_phase[i]);
-        table.push_str(&format!("| {phase} | {stale_f} / {rows_f} | {stale_c} / {rows_c} |\n"));
+        table.push_str(&format!(
+            "| {phase} | {stale_f} / {rows_f} | {stale_c} / {rows_c} |\n"
+        ));
     }
     eprintln!("{table}");
     assert!(
@@ -484,9 +526,19 @@ async fn stale_commits_with_and_without_the_fence(backend: Backend) {
         "stale commits through the fence:\n{}\n{table}",
         with.stale.join("\n")
     );
-    assert!(!without.stale.is_empty(), "the control shows no stale commit: the test proves nothing\n{table}");
-    assert!(with.terms >= 5, "the faults ended terms and the work went on in the next: {} terms\n{table}", with.terms);
-    assert!(with.last_phase_rows > 0, "the work goes on after the last fault\n{table}");
+    assert!(
+        !without.stale.is_empty(),
+        "the control shows no stale commit: the test proves nothing\n{table}"
+    );
+    assert!(
+        with.terms >= 5,
+        "the faults ended terms and the work went on in the next: {} terms\n{table}",
+        with.terms
+    );
+    assert!(
+        with.last_phase_rows > 0,
+        "the work goes on after the last fault\n{table}"
+    );
 }
 
 fn kill(mut child: Child) {

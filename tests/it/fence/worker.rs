@@ -93,11 +93,8 @@ async fn work(backend: Backend, url: &str, node: &str, dir: &Path, table: &str, 
             continue;
         };
         if conn.is_none() {
-            match tokio::time::timeout(
-                Duration::from_secs(2),
-                WorkConnection::open(backend, url),
-            )
-            .await
+            match tokio::time::timeout(Duration::from_secs(2), WorkConnection::open(backend, url))
+                .await
             {
                 Ok(Ok(opened)) => conn = Some(opened),
                 _ => {
@@ -107,7 +104,8 @@ async fn work(backend: Backend, url: &str, node: &str, dir: &Path, table: &str, 
             }
         }
         let c = conn.as_mut().unwrap();
-        let insert = format!("INSERT INTO {table} (node, term, seq) VALUES ('{node}', {term}, {seq})");
+        let insert =
+            format!("INSERT INTO {table} (node, term, seq) VALUES ('{node}', {term}, {seq})");
         let written = async {
             c.exec("BEGIN").await?;
             c.exec(&insert).await?;
