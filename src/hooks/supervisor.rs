@@ -144,11 +144,12 @@ impl Supervisor {
                 "LEADERD_TERM".into(),
                 self.term.map(|t| t.to_string()).unwrap_or_default(),
             ),
-            // Leader work's only: a follower's hook must not pass for the leader's term.
+            // Leader work's only (the hooks fenced to the term): no other hook may pass
+            // for the leader's.
             (
                 "LEADERD_FENCE".into(),
-                match (role, self.term) {
-                    (Role::Leader, Some(term)) => {
+                match (event, role, self.term) {
+                    ("elected" | "while_leader" | "leader_command", Role::Leader, Some(term)) => {
                         Fence::new(&c.election, term).statement(c.backend)
                     }
                     _ => String::new(),

@@ -16,23 +16,68 @@ use super::dialect::{fence_call, fence_statement};
 /// The message of every refusal by the fence starts with this, on every backend.
 const REFUSAL: &str = "leaderd fence:";
 
-/// The fence of one term of one election (or lock row).
+/// The fence of one term of one election (or lock row): from a [`LockGuard`]
+/// (`guard.fence()`) or an election's [`FenceHandle`] (`handle.current()`). The example
+/// of docs/fencing.md, run by the test suite on SQLite:
 ///
-/// ```no_run
-/// # async fn work(conn: &mut diesel_async::AsyncPgConnection, guard: &leaderd::LockGuard)
-/// # -> Result<(), leaderd::store::FenceError> {
-/// use diesel_async::{AsyncConnection, RunQueryDsl};
+/// ```
+/// # #[tokio::main(flavor = "multi_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = std::env::temp_dir().join(format!("leaderd-fence-doctest-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// # let path = dir.join("app.sqlite3");
+/// # let path = path.to_str().unwrap();
+/// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+/// use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
+/// use leaderd::{DatabaseUrl, FenceError, LockOptions, SqlStore, Timeouts};
+/// use std::time::Duration;
+///
+/// // The lock (or election) lives in the database the work writes to.
+/// let url = DatabaseUrl::parse(&format!("sqlite://{path}"))?;
+/// let timeouts = Timeouts { connect: Duration::from_secs(2), query: Duration::from_secs(2) };
+/// let guard = LockOptions::new("outbox-relay", Duration::from_secs(30))?
+///     .try_acquire(SqlStore::new(url, timeouts, true))
+///     .await?;
+///
+/// // The work's own connection.
+/// let mut conn = SyncConnectionWrapper::<diesel::SqliteConnection>::establish(path).await?;
+/// conn.batch_execute("PRAGMA busy_timeout = 5000").await?;
+/// # conn.batch_execute("CREATE TABLE outbox (id INTEGER PRIMARY KEY, attempts INTEGER NOT NULL DEFAULT 0);
+/// #                     INSERT INTO outbox (id) VALUES (42)").await?;
 ///
 /// let fence = guard.fence();
 /// conn.transaction(async |c| {
-///     diesel::sql_query("INSERT INTO report_runs (day) VALUES (CURRENT_DATE)")
+///     diesel::sql_query("UPDATE outbox SET attempts = attempts + 1 WHERE id = 42")
 ///         .execute(c)
 ///         .await?;
 ///     fence.check(c).await // last, just before COMMIT
 /// })
-/// .await
+/// .await?;
+///
+/// // Once the lock is gone (released here; lost, or taken by another holder), the same
+/// // fence refuses, and nothing of the transaction commits.
+/// guard.release().await?;
+/// let late = conn
+///     .transaction(async |c| {
+///         diesel::sql_query("UPDATE outbox SET attempts = attempts + 1 WHERE id = 42")
+///             .execute(c)
+///             .await?;
+///         fence.check(c).await
+///     })
+///     .await;
+/// assert!(matches!(late, Err(FenceError::Refused { .. })));
+/// # #[derive(diesel::QueryableByName)]
+/// # struct Attempts { #[diesel(sql_type = diesel::sql_types::BigInt)] attempts: i64 }
+/// # let row: Attempts = diesel::sql_query("SELECT attempts FROM outbox WHERE id = 42").get_result(&mut conn).await?;
+/// # assert_eq!(row.attempts, 1);
+/// # drop(conn);
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok(())
 /// # }
 /// ```
+///
+/// [`LockGuard`]: crate::LockGuard
+/// [`FenceHandle`]: crate::FenceHandle
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fence {
     election: String,
@@ -79,10 +124,20 @@ impl Fence {
             election: &self.election,
             term: self.term,
         };
-        match call.execute(conn).await {
-            Ok(_) => Ok(()),
-            Err(error) => Err(self.explain(error)),
+        let refused = match call.execute(conn).await {
+            Ok(_) => return Ok(()),
+            Err(error) => self.explain(error),
+        };
+        // SQLite's refusal rolled the caller's transaction back whole (RAISE(ROLLBACK)):
+        // an empty one stands in for it, so that the caller's own ROLLBACK (diesel's
+        // `transaction` does one on the error) succeeds and reports the refusal, and so
+        // that nothing it writes after the refusal commits unless it commits again.
+        if <C::Backend as FenceBackend>::BACKEND == Backend::Sqlite
+            && matches!(refused, FenceError::Refused { .. })
+        {
+            let _ = conn.batch_execute("BEGIN").await;
         }
+        Err(refused)
     }
 
     fn explain(&self, error: DieselError) -> FenceError {
