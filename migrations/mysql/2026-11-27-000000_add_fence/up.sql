@@ -42,7 +42,7 @@ BEGIN
       FROM service_leader_lock WHERE name = election LOCK IN SHARE MODE;
     IF found = 0 THEN
         SET reason = 'no such election';
-    ELSEIF held_term <> fenced_term THEN
+    ELSEIF NOT held_term <=> fenced_term THEN
         SET reason = CONCAT('term ', held_term, ' holds');
     ELSEIF holder IS NULL THEN
         SET reason = CONCAT('term ', held_term, ' holds, but its holder released it');
@@ -62,7 +62,7 @@ BEGIN
     IF reason IS NOT NULL THEN
         -- Nothing of the transaction commits, even if the caller goes on to COMMIT.
         ROLLBACK;
-        SET reason = CONCAT('leaderd fence: election ', QUOTE(election), ': term ', fenced_term,
+        SET reason = CONCAT('leaderd fence: election ', QUOTE(election), ': term ', IFNULL(fenced_term, 'NULL'),
                             ' given, ', reason);
         SIGNAL SQLSTATE 'LD001' SET MESSAGE_TEXT = reason;
     END IF;

@@ -38,7 +38,7 @@ BEGIN
       FROM service_leader_lock WHERE name = election;
     IF NOT FOUND THEN
         reason := 'no such election';
-    ELSIF held_term <> fenced_term THEN
+    ELSIF held_term IS DISTINCT FROM fenced_term THEN
         reason := format('term %s holds', held_term);
     ELSIF holder IS NULL THEN
         reason := format('term %s holds, but its holder released it', held_term);

@@ -18,7 +18,7 @@ BEGIN
     SELECT RAISE(ROLLBACK, 'leaderd fence: no such election')
     WHERE NOT EXISTS (SELECT 1 FROM service_leader_lock WHERE name = NEW.election);
     SELECT RAISE(ROLLBACK, 'leaderd fence: the term given is not the election''s current term')
-    FROM service_leader_lock WHERE name = NEW.election AND term <> NEW.term;
+    FROM service_leader_lock WHERE name = NEW.election AND term IS NOT NEW.term;
     SELECT RAISE(ROLLBACK, 'leaderd fence: the term given was released by its holder')
     FROM service_leader_lock WHERE name = NEW.election AND container_id IS NULL;
     SELECT RAISE(ROLLBACK, 'leaderd fence: the lease of the term given has lapsed')

@@ -130,6 +130,16 @@ async fn the_fence_passes_in_a_live_term_and_refuses_every_other(backend: Backen
         }
     }
     assert!(older.contains(&(term - 1).to_string()) || backend == Backend::Sqlite);
+    // A NULL term is no term.
+    let null = match backend {
+        Backend::Postgres => format!("SELECT leaderd_fence('{name}', NULL)"),
+        Backend::Mysql => format!("CALL leaderd_fence('{name}', NULL)"),
+        Backend::Sqlite => format!("INSERT INTO leaderd_fence (election, term) VALUES ('{name}', NULL)"),
+    };
+    let refused = work.exec(&format!("BEGIN; {null}")).await;
+    let message = refused.expect_err("a NULL term is refused").to_string();
+    assert!(message.contains("leaderd fence:"), "{message}");
+    let _ = work.exec("ROLLBACK").await;
     let missing = refusal(
         fenced_write(&mut work, &table, "missing", &Fence::new("no such", term))
             .await
