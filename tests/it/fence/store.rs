@@ -134,7 +134,9 @@ async fn the_fence_passes_in_a_live_term_and_refuses_every_other(backend: Backen
     let null = match backend {
         Backend::Postgres => format!("SELECT leaderd_fence('{name}', NULL)"),
         Backend::Mysql => format!("CALL leaderd_fence('{name}', NULL)"),
-        Backend::Sqlite => format!("INSERT INTO leaderd_fence (election, term) VALUES ('{name}', NULL)"),
+        Backend::Sqlite => {
+            format!("INSERT INTO leaderd_fence (election, term) VALUES ('{name}', NULL)")
+        }
     };
     let refused = work.exec(&format!("BEGIN; {null}")).await;
     let message = refused.expect_err("a NULL term is refused").to_string();
@@ -467,3 +469,39 @@ backend_tests!(sqlite = Backend::Sqlite =>
     a_renewal_waits_only_where_documented,
     a_snapshot_from_before_a_new_term_does_not_pass,
     a_claim_that_gives_up_waiting_changes_nothing);
+
+/// Through PgBouncer in transaction mode, with one server connection shared by two
+/// clients: the fence works as it does directly, through `Fence::check` (diesel with its
+/// statement cache off, as anything through such a pooler needs) and as text, and its
+/// limits are the transaction's only: the next client of the server connection has none.
+#[tokio::test(flavor = "multi_thread")]
+async fn through_a_transaction_pooler_the_fence_sets_nothing_beyond_its_transaction() {
+    use crate::support::servers::PgBouncer;
+    use diesel::connection::CacheSize;
+    let name = unique("pooled");
+    let (db, _leader, term, table) =
+        set_up(Backend::Postgres, &name, Duration::from_secs(60)).await;
+    let bouncer = PgBouncer::start(5432, "transaction", 1);
+    let url = db.url_via(format!("127.0.0.1:{}", bouncer.port).parse().unwrap());
+    let mut first = WorkConnection::open(Backend::Postgres, &url).await.unwrap();
+    let mut second = WorkConnection::open(Backend::Postgres, &url).await.unwrap();
+    if let WorkConnection::Postgres(c) = &mut first {
+        diesel_async::AsyncConnection::set_prepared_statement_cache_size(c, CacheSize::Disabled);
+    }
+    let (fenced, committed) =
+        fenced_write(&mut first, &table, "pooled", &Fence::new(&name, term)).await;
+    fenced.unwrap();
+    assert!(committed);
+    let text = Fence::new(&name, term).statement(super::store_backend(Backend::Postgres));
+    first.exec(&format!("BEGIN; {text}; COMMIT")).await.unwrap();
+    for setting in ["statement_timeout", "idle_in_transaction_session_timeout"] {
+        let left = second
+            .number(&format!(
+                "SELECT EXTRACT(EPOCH FROM current_setting('{setting}')::INTERVAL)::BIGINT AS n"
+            ))
+            .await
+            .unwrap();
+        assert_eq!(left, 0, "{setting} outlived the fenced transaction");
+    }
+    assert_eq!(rows(&mut second, &table, "pooled").await, 1);
+}
