@@ -377,11 +377,14 @@ async fn inflict(fault: &str, cluster: &mut Cluster, server: &Server, scratch: &
                 OVER_THE_LEASE
             };
             let pid = cluster.worker_pid(leader);
-            if cluster.freeze_worker_after_its_fence(leader).await {
-                cluster.handover_unless_held_back(server, scratch).await;
-                tokio::time::sleep(frozen).await;
-                signal(pid, Signal::SIGCONT);
-            }
+            assert!(
+                cluster.freeze_worker_after_its_fence(leader).await,
+                "{}: the leader's work never reached its fence",
+                cluster.election
+            );
+            cluster.handover_unless_held_back(server, scratch).await;
+            tokio::time::sleep(frozen).await;
+            signal(pid, Signal::SIGCONT);
         }
         f if f.starts_with("daemon frozen") => {
             cluster.nodes[leader].signal(Signal::SIGSTOP);
@@ -438,6 +441,15 @@ async fn judge(server: &Server, cluster: &Cluster, phases: &[(String, SystemTime
         WorkConnection::Sqlite(mut c) => query.load(&mut c).await,
     }
     .unwrap();
+    // Every row is judged (none lacks a commit time or position).
+    let mut count = WorkConnection::open(server.backend(), &server.url(None))
+        .await
+        .unwrap();
+    let all = count
+        .number(&format!("SELECT COUNT(*) AS n FROM {}", cluster.table))
+        .await
+        .unwrap();
+    assert_eq!(all, rows.len() as i64, "rows without a commit order");
     let phase_of = |us: i64| {
         let at = SystemTime::UNIX_EPOCH + Duration::from_micros(us.max(0) as u64);
         phases
