@@ -1,6 +1,8 @@
 //! The fence handed to leader work: a node's leader hooks get `LEADERD_FENCE` for their
 //! term, which passes (a `leader_command` writes through it with the `sqlite3` shell);
-//! other hooks get it empty. (`leaderd lock`'s COMMAND: the shell example in `docs`.)
+//! other hooks get it empty; an election in a Rust program hands out its term's fence
+//! while it leads. (`leaderd lock`'s COMMAND: the shell example in `docs`; `LockGuard`:
+//! the doctest of `leaderd::Fence`.)
 
 use super::store_backend;
 use crate::support::{Backend, Node, NodeSettings, TestDb, lines_of, script};
@@ -92,4 +94,69 @@ fn node_term(lines: &[String]) -> i64 {
         .expect("an on_elected record")
         .parse()
         .unwrap()
+}
+
+/// An election in this program hands its leader work the fence of the term it leads in
+/// (`Election::fence_handle`), which passes; none once it stops leading, and the last
+/// one is refused then.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_election_hands_out_the_fence_of_the_term_it_leads_in() {
+    use leaderd::store::{DatabaseUrl, FenceError, SqlStore, Timeouts};
+    use leaderd::{Election, ElectionSettings};
+    let db = TestDb::new(Backend::Sqlite);
+    let store = SqlStore::new(
+        DatabaseUrl::parse(&db.url).unwrap(),
+        Timeouts {
+            connect: Duration::from_secs(2),
+            query: Duration::from_secs(2),
+        },
+        true,
+    );
+    let settings = ElectionSettings::new(
+        "in-process",
+        "n1",
+        Duration::from_millis(1200),
+        Duration::from_millis(400),
+    )
+    .unwrap();
+    let (election, _status) = Election::new(settings, store);
+    let fences = election.fence_handle();
+    assert_eq!(fences.current(), None, "not leading yet");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(election.run(async {
+        let _ = stopped.await;
+    }));
+    let give_up = Instant::now() + Duration::from_secs(10);
+    let fence = loop {
+        if let Some(fence) = fences.current() {
+            break fence;
+        }
+        assert!(Instant::now() < give_up, "never led");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(fence.election(), "in-process");
+    let mut work = super::work_connection(&db).await;
+    work.exec("CREATE TABLE work (term INTEGER NOT NULL)")
+        .await
+        .unwrap();
+    work.exec("BEGIN IMMEDIATE").await.unwrap();
+    work.exec(&format!(
+        "INSERT INTO work (term) VALUES ({})",
+        fence.term()
+    ))
+    .await
+    .unwrap();
+    work.fence(&fence).await.unwrap();
+    work.exec("COMMIT").await.unwrap();
+
+    let _ = stop.send(());
+    running.await.unwrap();
+    assert_eq!(fences.current(), None, "stopped: no fence");
+    work.exec("BEGIN IMMEDIATE").await.unwrap();
+    let refused = work.fence(&fence).await;
+    assert!(
+        matches!(refused, Err(FenceError::Refused { .. })),
+        "{refused:?}"
+    );
+    let _ = work.exec("ROLLBACK").await;
 }
