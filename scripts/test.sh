@@ -91,6 +91,13 @@ if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then
   fi
 fi
 
+# The fence's tests run leader work through the sqlite3 shell, as docs/fencing.md shows.
+if ! command -v sqlite3 >/dev/null; then
+  echo "installing sqlite3"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sqlite3 >/dev/null
+fi
+
 # The HA tests start clusters of their own: a three-member MariaDB Galera cluster
 # (galera-4; rsync for the state transfers), and PostgreSQL under Patroni with etcd.
 if [ ! -e /usr/lib/galera/libgalera_smm.so ] || ! command -v rsync >/dev/null; then

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::config::Config;
-use crate::daemon::{self, ConfigSource, store};
+use crate::daemon::{self, ConfigSource};
 use crate::duration;
 use crate::hooks;
 use crate::logging::{self, LogFormat};
@@ -20,6 +20,7 @@ mod flags;
 mod lock;
 mod locks;
 mod man;
+mod migrate;
 mod needs;
 mod status;
 mod unlock;
@@ -432,7 +433,7 @@ pub fn main() -> ExitCode {
                 json, local: true, ..
             } => Ok(status::local_status(&config, json)),
             Command::Status { json, .. } => done(status::status(config, json).await),
-            Command::Migrate => done(migrate(config).await),
+            Command::Migrate => done(migrate::migrate(config).await),
             Command::Resign { step_down, .. } => {
                 let term = step_down.term;
                 Ok(operator::step_down(&config, step_down.command(None), term).await?)
@@ -469,22 +470,6 @@ pub fn main() -> ExitCode {
             fatal::after_logging(format, writer, &message, status)
         }
     }
-}
-
-async fn migrate(config: Config) -> anyhow::Result<()> {
-    store(&config, true)
-        .connect()
-        .await
-        .with_context(|| format!("cannot migrate {}", config.database.url))?;
-    match crate::store::migrations_applied() {
-        0 => println!(
-            "{} is up to date: no migration to apply",
-            config.database.url
-        ),
-        1 => println!("1 migration applied to {}", config.database.url),
-        n => println!("{n} migrations applied to {}", config.database.url),
-    }
-    Ok(())
 }
 
 /// The log level of a command that answers and exits (all but `run` and `lock`): the

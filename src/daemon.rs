@@ -159,6 +159,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         ttl: config.election.ttl,
         metrics: Some(std::sync::Arc::new(metrics.clone())),
         containment: hooks::resolve_containment(config.hooks.containment)?,
+        backend: config.database.url.backend(),
     };
     // Always running, so that a reload can add hooks to a node that had none.
     let events = election.events();

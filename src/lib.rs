@@ -68,6 +68,9 @@ pub(crate) mod systemd;
 /// One node's part in an election: [`Election::new`] with its settings and a store, then
 /// [`Election::run`]; it publishes its [`Status`] on a watch channel.
 pub use election::Election;
+/// The fence leader work runs last in its transactions, from a [`LockGuard`] or an
+/// election's [`FenceHandle`], and why it refused.
+pub use election::FenceHandle;
 /// What an election's status, role events and stepping down need.
 pub use election::{ClaimGate, ResignHandle, Role, RoleEvent, Status};
 /// The election's settings, validated as a whole, and what is wrong with one of them.
@@ -78,6 +81,7 @@ pub use lock::{LockError, LockGuard, LockOptions};
 /// The connection both run on: a PostgreSQL, MySQL/MariaDB or SQLite URL, its parse
 /// error, the connect and statement timeouts, and the store itself.
 pub use store::{DatabaseUrl, SqlStore, Timeouts, UrlError};
+pub use store::{Fence, FenceError};
 /// What an election needs of a store (for a store of one's own, or a generic bound), and
 /// its error.
 pub use store::{LeaseStore, StoreError};

@@ -184,10 +184,12 @@ async fn lock(config: Config, args: LockArgs) -> anyhow::Result<(u8, Outcome)> {
         term = guard.term(),
         "lock taken; running the command"
     );
+    let backend = config.database.url.backend();
     let env = vec![
         ("LEADERD_LOCK".to_owned(), name.to_owned()),
         ("LEADERD_TERM".to_owned(), guard.term().to_string()),
         ("LEADERD_HOLDER".to_owned(), holder.clone()),
+        ("LEADERD_FENCE".to_owned(), guard.fence().statement(backend)),
     ];
     let context = HookContext {
         election: name.to_owned(),
@@ -196,6 +198,7 @@ async fn lock(config: Config, args: LockArgs) -> anyhow::Result<(u8, Outcome)> {
         ttl,
         metrics: None,
         containment,
+        backend,
     };
     let term = guard.term();
     let program = argv[0].clone();

@@ -107,6 +107,10 @@ const ENVIRONMENT: &[(&str, &str)] = &[
         "Set by leaderd for its hooks (and LEADERD_LOCK, LEADERD_TERM, LEADERD_HOLDER for lock's COMMAND).",
     ),
     (
+        "LEADERD_FENCE",
+        "Set for leader work (on_elected, while_leader, leader_command, lock's COMMAND): the statement to run last in each of its transactions, so that none commits once a later term has begun (docs/fencing.md); empty for other hooks.",
+    ),
+    (
         "CREDENTIALS_DIRECTORY",
         "systemd credentials: database-url and database-password are read from it when the configuration names no URL or password file.",
     ),

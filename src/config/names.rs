@@ -240,6 +240,7 @@ mod tests {
             "LEADERD_LEADER",
             "LEADERD_PREVIOUS_LEADER",
             "LEADERD_TERM",
+            "LEADERD_FENCE",
             "LEADERD_LOCK",
             "LEADERD_HOLDER",
             "LEADERD_SIM_SEED",

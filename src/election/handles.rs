@@ -1,11 +1,15 @@
 //! The handles that steer a running [`Election`](super::Election) from outside: ask it to
 //! resign ([`ResignHandle`]), to renew now ([`RenewHandle`]), or to stop claiming
-//! ([`ClaimGate`], [`CandidacyGate`]).
+//! ([`ClaimGate`], [`CandidacyGate`]); and the fence of the term it leads in
+//! ([`FenceHandle`]), for leader work in the same program.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
+
+use super::{Role, Status};
+use crate::store::Fence;
 
 /// A request to renew at once, answered with the new lease deadline, or `None` once the
 /// lease is lost.
@@ -83,5 +87,31 @@ impl CandidacyGate {
 
     pub(super) fn is_closed(&self) -> bool {
         self.0.is_closed()
+    }
+}
+
+/// The fence of the term this node leads in (from
+/// [`Election::fence_handle`](super::Election::fence_handle)), for leader work in the same
+/// program: its writes run [`Fence::check`] last in their transactions, so that none of
+/// them commits once another node's term has begun.
+#[derive(Debug, Clone)]
+pub struct FenceHandle {
+    pub(super) election: Arc<str>,
+    pub(super) status: watch::Receiver<Status>,
+}
+
+impl FenceHandle {
+    /// The fence of the current term while this node leads and its lease deadline has not
+    /// passed; `None` otherwise (do no leader work then).
+    pub fn current(&self) -> Option<Fence> {
+        let status = self.status.borrow();
+        let leading = status.role == Role::Leader
+            && status
+                .lease_deadline
+                .is_some_and(|deadline| deadline > Instant::now());
+        match (leading, status.term) {
+            (true, Some(term)) => Some(Fence::new(&self.election, term)),
+            _ => None,
+        }
     }
 }

@@ -31,7 +31,7 @@ pub mod settings;
 mod status;
 
 pub use clock::{BootClock, boottime};
-pub use handles::{CandidacyGate, ClaimGate, RenewHandle, ResignHandle};
+pub use handles::{CandidacyGate, ClaimGate, FenceHandle, RenewHandle, ResignHandle};
 pub use run::Election;
 pub use settings::{ElectionSettings, Setting, SettingsError, safety_margin};
 pub use status::{Role, RoleEvent, RoundObserver, RoundReport, Status};

@@ -10,7 +10,9 @@ use tokio::time::{Instant, sleep_until, timeout};
 use tracing::{info, warn};
 
 use super::clock::{BootClock, Instants, boottime_by_tokio};
-use super::handles::{CandidacyGate, ClaimGate, RenewHandle, RenewRequest, ResignHandle};
+use super::handles::{
+    CandidacyGate, ClaimGate, FenceHandle, RenewHandle, RenewRequest, ResignHandle,
+};
 use super::machine::{Action, Input, Machine, Moment, Reply, Statement};
 use super::settings::ElectionSettings;
 use super::status::{RoleEvent, RoundObserver, Status};
@@ -233,6 +235,14 @@ impl<S: LeaseStore> Election<S> {
         let (sender, receiver) = mpsc::channel(1);
         self.resign = Some(receiver);
         ResignHandle(sender)
+    }
+
+    /// The fence of the term this node leads in, for leader work in this program.
+    pub fn fence_handle(&self) -> FenceHandle {
+        FenceHandle {
+            election: self.settings.name().into(),
+            status: self.outlets.status.subscribe(),
+        }
     }
 
     pub fn renew_handle(&mut self) -> RenewHandle {

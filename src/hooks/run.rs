@@ -14,6 +14,7 @@ use tracing::{debug, info, warn};
 use super::containment::Containment;
 use super::process::{HookProcess, Io, WarmGuard};
 use crate::election::{Role, Status};
+use crate::store::Backend;
 
 /// Between SIGTERM on a timeout and SIGKILL.
 pub(super) const KILL_GRACE: Duration = Duration::from_secs(2);
@@ -35,6 +36,8 @@ pub struct HookContext {
     pub metrics: Option<std::sync::Arc<dyn HookRuns>>,
     /// How fenced hooks are held, as resolved at start.
     pub containment: Containment,
+    /// The database the election is on: leader work's `LEADERD_FENCE` is written for it.
+    pub backend: Backend,
 }
 
 impl std::fmt::Debug for HookContext {
@@ -46,6 +49,7 @@ impl std::fmt::Debug for HookContext {
             .field("ttl", &self.ttl)
             .field("counted", &self.metrics.is_some())
             .field("containment", &self.containment)
+            .field("backend", &self.backend)
             .finish()
     }
 }

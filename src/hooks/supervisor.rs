@@ -17,6 +17,7 @@ use super::config::{ElectedFailure, HookCommand, HooksConfig, Restart};
 use super::process::{Io, WarmGuard};
 use super::run::{HookContext, RunOutcome, RunSpec, run};
 use crate::election::{ResignHandle, Role, RoleEvent, Status};
+use crate::store::Fence;
 
 mod backoff;
 mod handle;
@@ -150,6 +151,17 @@ impl Supervisor {
             (
                 "LEADERD_TERM".into(),
                 self.term.map(|t| t.to_string()).unwrap_or_default(),
+            ),
+            // Leader work's only (the hooks fenced to the term): no other hook may pass
+            // for the leader's.
+            (
+                "LEADERD_FENCE".into(),
+                match (event, role, self.term) {
+                    ("elected" | "while_leader" | "leader_command", Role::Leader, Some(term)) => {
+                        Fence::new(&c.election, term).statement(c.backend)
+                    }
+                    _ => String::new(),
+                },
             ),
         ]
     }

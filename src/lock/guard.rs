@@ -8,7 +8,7 @@ use tokio::time::{Instant, sleep_until};
 
 use super::error::LockError;
 use crate::election::{RenewHandle, Role, Status};
-use crate::store::StoreError;
+use crate::store::{Fence, StoreError};
 
 /// A held lock. It is renewed in the background until [`LockGuard::release`] or drop;
 /// dropping it releases the lock from a background task (if the runtime is still running;
@@ -41,6 +41,13 @@ impl LockGuard {
     /// writes the lock protects, and have them refuse tokens lower than the last seen.
     pub fn term(&self) -> i64 {
         self.term
+    }
+
+    /// The fence of this lock's term: the statement the work runs last in each of its
+    /// transactions, so that none of them commits once a later holder has the lock
+    /// (docs/fencing.md).
+    pub fn fence(&self) -> Fence {
+        Fence::new(&self.name, self.term)
     }
 
     /// Until when this process may act on the lock (monotonic clock), while it holds it.

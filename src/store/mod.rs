@@ -11,12 +11,15 @@
 //!   `dialect/` holds; `shared.rs`: many elections over a few connections.
 //! - `url.rs`, `tls.rs`: the [`DatabaseUrl`] and the TLS it asks for; `pooler.rs`,
 //!   `notify.rs`, `wakeup.rs`: transaction poolers, and waking waiting nodes.
+//! - `fence.rs`: [`Fence`], the statement leader work runs last in its own transaction so
+//!   that nothing of it commits once a new term has begun.
 //! - `memory/`: the same tables in memory, for tests (`table.rs`: statement by statement).
 
 mod backend;
 mod dialect;
 mod error;
 pub(crate) mod error_text;
+mod fence;
 mod lease;
 mod lease_store;
 mod member;
@@ -33,6 +36,7 @@ mod wakeup;
 
 pub use backend::Backend;
 pub use error::StoreError;
+pub use fence::{Fence, FenceBackend, FenceError};
 pub use lease::{Commands, HeldRow, Lease, LeaseRow, Pending, ProcessToken};
 pub use lease_store::{ControlStore, LeaseStore, StepDownRequest};
 pub use member::{MEMBER_PERIOD, MEMBER_PRUNE_AFTER, Member, MemberRecord, MemberStanding};

@@ -3,7 +3,7 @@
 //! migrates at once: the migration lock is per member), wake-ups off (a follower holds one
 //! connection, no side lock), SIGTERM handovers by polling, a SIGKILLed leader, and the
 //! leader's member killed and restarted. Never two valid leaders, no term held by two
-//! nodes, terms in order.
+//! nodes, terms in order. Then the fence for leader work across members (`fence::galera`).
 
 use crate::support as common;
 
@@ -244,6 +244,8 @@ async fn three_nodes_on_three_galera_members() {
          after {member_gap:?}; whole test {:?}",
         started.elapsed()
     );
+    // The fence for leader work, across members (on this cluster rather than one more).
+    crate::fence::galera::fence_across_members(&members).await;
     drop(nodes);
     drop(members);
     let _ = std::fs::remove_dir_all(&root);

@@ -11,6 +11,7 @@ mod control;
 mod durability;
 mod errors;
 mod faults;
+mod fence;
 mod galera;
 mod hooks;
 mod in_doubt;

@@ -1,7 +1,8 @@
 //! The statements of the lease protocol, the operator commands, the members table and
 //! `leaderd locks`, for each backend (`postgres.rs`, `mysql.rs`, `sqlite.rs`), in one
 //! place: what `memory/table.rs` models statement by statement. Also here: MySQL's wake-up
-//! lock and the server variables leaderd reads. The rest is session plumbing, kept beside
+//! lock and the server variables leaderd reads, and the fence leader work runs
+//! (`fence.rs`). The rest is session plumbing, kept beside
 //! the code it serves because it means nothing apart from it: the session limits and
 //! PRAGMAs set on connecting (`sql/mod.rs`), the migration locks (`sql/migrate.rs`),
 //! BEGIN/COMMIT around a statement through a transaction pooler (`pooler.rs`,
@@ -20,9 +21,14 @@ use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::serialize::ToSql;
 use diesel::sql_types::{BigInt, HasSqlType, Text, Untyped};
 
+mod fence;
 mod mysql;
 mod postgres;
 mod sqlite;
+
+pub(in crate::store) use fence::{
+    MYSQL_GALERA_TRIGGER, MYSQL_GALERA_TRIGGER_PRESENT, fence_call, fence_statement,
+};
 
 pub(in crate::store) use mysql::{
     MYSQL, MYSQL_DURABILITY, MYSQL_WAKE_GIVE_BACK, MYSQL_WAKE_TAKE, MYSQL_WSREP_ON,

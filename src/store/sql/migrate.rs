@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use super::{DbConnection, ms};
 use crate::store::StoreError;
+use crate::store::dialect::{MYSQL_GALERA_TRIGGER, MYSQL_GALERA_TRIGGER_PRESENT, MYSQL_WSREP_ON};
 
 const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
 const MYSQL_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/mysql");
@@ -184,6 +185,18 @@ where
     (conn.into_inner(), ran.map_err(StoreError::Migration))
 }
 
+#[derive(QueryableByName)]
+struct WsrepOn {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    wsrep_on: Option<i64>,
+}
+
+#[derive(QueryableByName)]
+struct Present {
+    #[diesel(sql_type = BigInt)]
+    present: i64,
+}
+
 /// How many times a node runs the MySQL migrations in one go: a Galera member aborts a
 /// record that conflicts with one written at once on another member ("Deadlock found"),
 /// and the next run finds the schema there.
@@ -254,6 +267,35 @@ impl DbConnection {
                 Ok(DbConnection::Sqlite(conn))
             }
         }
+    }
+
+    /// On a Galera member, creates the trigger the fence needs there (`dialect/fence.rs`)
+    /// unless it is there; true if this created it. Elsewhere it does nothing: a lock is
+    /// enough on one server, and a trigger would need the SUPER privilege once the binary
+    /// log is on, and fail every claim once its definer is dropped. `leaderd migrate`
+    /// runs this, not a node's own migrations: several members creating it at once, while
+    /// running nodes' claims already fired it, hung a test cluster (a DDL's turn in total
+    /// order waiting behind a transaction waiting for certification).
+    pub async fn create_galera_fence_trigger(&mut self) -> Result<bool, StoreError> {
+        let DbConnection::Mysql(conn) = self else {
+            return Ok(false);
+        };
+        let galera: Vec<WsrepOn> = match diesel::sql_query(MYSQL_WSREP_ON).load(conn).await {
+            Ok(galera) => galera,
+            // MySQL, which has no such variable: no Galera.
+            Err(_) => return Ok(false),
+        };
+        if !matches!(galera.as_slice(), [WsrepOn { wsrep_on: Some(1) }]) {
+            return Ok(false);
+        }
+        let present: Vec<Present> = diesel::sql_query(MYSQL_GALERA_TRIGGER_PRESENT)
+            .load(conn)
+            .await?;
+        if matches!(present.as_slice(), [Present { present: 1 }]) {
+            return Ok(false);
+        }
+        conn.batch_execute(MYSQL_GALERA_TRIGGER).await?;
+        Ok(true)
     }
 
     /// [`DbConnection::migrate`] through a pooler in transaction mode (PostgreSQL), where

@@ -88,6 +88,11 @@ pub struct PgInstance {
 impl PgInstance {
     /// A primary that standbys can replicate from (trust for everyone from 127.0.0.1).
     pub fn primary() -> PgInstance {
+        Self::with_settings("")
+    }
+
+    /// [`PgInstance::primary`] with `extra` lines in its postgresql.conf.
+    pub fn with_settings(extra: &str) -> PgInstance {
         let dir = server_dir("leaderd-pg");
         let data = dir.join("data");
         run(as_server_user(pg_bin("initdb")).arg("-D").arg(&data).args([
@@ -102,7 +107,9 @@ impl PgInstance {
             dir,
             running: false,
         };
-        instance.configure("wal_level = replica\nmax_wal_senders = 10\nhot_standby = on\n");
+        instance.configure(&format!(
+            "wal_level = replica\nmax_wal_senders = 10\nhot_standby = on\n{extra}\n"
+        ));
         instance.start();
         instance
     }
