@@ -18,7 +18,8 @@ use super::{create_work_table, work_connection};
 use crate::support::{Backend, TestDb, lease, unique};
 use diesel_async::SimpleAsyncConnection;
 use leaderd::store::{
-    DatabaseUrl, DbConnection, Fence, Lease, LeaseStore, ProcessToken, SqlStore, Timeouts,
+    DatabaseUrl, DbConnection, Fence, FenceError, Lease, LeaseStore, ProcessToken, SqlStore,
+    Timeouts,
 };
 use std::time::{Duration, Instant};
 
@@ -191,10 +192,14 @@ async fn postgres_fence_does_not_pass_without_its_lock() {
     ))
     .await
     .unwrap();
-    if work.fence(&Fence::new(&name, term)).await.is_err() {
+    match work.fence(&Fence::new(&name, term)).await {
+        Ok(()) => {}
         // Refused: fails closed, which is fine.
-        let _ = work.exec("ROLLBACK").await;
-        return;
+        Err(FenceError::Refused { .. }) => {
+            let _ = work.exec("ROLLBACK").await;
+            return;
+        }
+        Err(other) => panic!("{other:?}"),
     }
     // A handover on other connections while the fenced transaction is open.
     assert!(leader.release(&lease(&name, "a", ttl, term)).await.unwrap());
