@@ -222,3 +222,48 @@ async fn postgres_fence_does_not_pass_without_its_lock() {
          and that transaction then committed"
     );
 }
+
+/// A refused fence run outside a transaction (a "do I still lead?" check before the work,
+/// which docs/fencing.md says fences nothing, but which must not break the connection):
+/// on SQLite `Fence::check` answers a refusal with a `BEGIN` of its own, which here opens
+/// a transaction nobody knows of. The work's next write, meant to autocommit, then sits
+/// in it uncommitted, holding the database's one write lock (every claim and renewal
+/// waits for it) until the connection closes.
+#[tokio::test(flavor = "multi_thread")]
+async fn sqlite_refused_fence_outside_a_transaction_leaves_none_open() {
+    let db = TestDb::new(Backend::Sqlite);
+    let name = unique("autocommit");
+    let ttl = Duration::from_secs(60);
+    let mut leader = store(&db, Duration::from_secs(5));
+    let term = elect(&mut leader, &name, ttl).await;
+    let table = unique("work");
+    let mut work = work_connection(&db).await;
+    work.exec(&create_work_table(Backend::Sqlite, &table))
+        .await
+        .unwrap();
+    // The term ends.
+    assert!(leader.release(&lease(&name, "a", ttl, term)).await.unwrap());
+    let refused = work.fence(&Fence::new(&name, term)).await;
+    assert!(
+        matches!(refused, Err(FenceError::Refused { .. })),
+        "{refused:?}"
+    );
+    // A write of the program's own afterwards, outside any transaction it opened.
+    work.exec(&format!(
+        "INSERT INTO {table} (node, term, seq) VALUES ('after', {term}, 0)"
+    ))
+    .await
+    .unwrap();
+    let mut other = work_connection(&db).await;
+    let seen = other
+        .number(&format!(
+            "SELECT COUNT(*) AS n FROM {table} WHERE node = 'after'"
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        seen, 1,
+        "the autocommitted write is not committed: the connection sits in a transaction \
+         the fence opened, holding the write lock"
+    );
+}
