@@ -8,7 +8,7 @@
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::sql_types::Untyped;
-use diesel_async::{AsyncConnection, RunQueryDsl};
+use diesel_async::{AsyncConnection, RunQueryDsl, TransactionManager};
 
 use super::Backend;
 use super::dialect::{fence_call, fence_statement};
@@ -129,11 +129,16 @@ impl Fence {
             Err(error) => self.explain(error),
         };
         // SQLite's refusal rolled the caller's transaction back whole (RAISE(ROLLBACK)):
-        // an empty one stands in for it, so that the caller's own ROLLBACK (diesel's
-        // `transaction` does one on the error) succeeds and reports the refusal, and so
-        // that nothing it writes after the refusal commits unless it commits again.
+        // an empty one stands in for a transaction diesel opened, so that its ROLLBACK
+        // (`transaction` does one on the error) succeeds and reports the refusal. Not for
+        // a fence run outside one: that would leave a transaction open that nobody ends,
+        // whose next write would hold the database's one write lock.
         if <C::Backend as FenceBackend>::BACKEND == Backend::Sqlite
             && matches!(refused, FenceError::Refused { .. })
+            && !matches!(
+                C::TransactionManager::transaction_manager_status_mut(conn).transaction_depth(),
+                Ok(None)
+            )
         {
             let _ = conn.batch_execute("BEGIN").await;
         }

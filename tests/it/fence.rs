@@ -19,6 +19,7 @@ mod docs;
 pub mod galera;
 mod handed_out;
 mod jepsen;
+mod review;
 mod store;
 mod worker;
 

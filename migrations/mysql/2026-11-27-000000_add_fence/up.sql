@@ -79,4 +79,12 @@ BEGIN
        OR @@SESSION.idle_transaction_timeout > CEIL(left_us / 1000000) THEN
         SET SESSION idle_transaction_timeout = CEIL(left_us / 1000000);
     END IF;
+    -- MariaDB applies these instead of idle_transaction_timeout to a writing or a
+    -- read-only transaction wherever they are set (not 0): lowered too, never raised.
+    IF @@SESSION.idle_write_transaction_timeout > CEIL(left_us / 1000000) THEN
+        SET SESSION idle_write_transaction_timeout = CEIL(left_us / 1000000);
+    END IF;
+    IF @@SESSION.idle_readonly_transaction_timeout > CEIL(left_us / 1000000) THEN
+        SET SESSION idle_readonly_transaction_timeout = CEIL(left_us / 1000000);
+    END IF;
 END;

@@ -13,6 +13,8 @@
 -- because name is, so the index refuses nothing any release writes.
 CREATE UNIQUE INDEX IF NOT EXISTS service_leader_lock_name_term
     ON service_leader_lock (name, term);
+COMMENT ON INDEX service_leader_lock_name_term IS
+    'leaderd: never scanned, but makes term a key column, which the fence''s lock depends on (docs/fencing.md): do not drop';
 
 -- SECURITY DEFINER: the work's role needs EXECUTE on this function only, not SELECT and
 -- UPDATE on the table (a lock for KEY SHARE asks for UPDATE). search_path is the one the
@@ -25,6 +27,20 @@ DECLARE
     left_ms BIGINT;
     reason TEXT;
 BEGIN
+    -- The lock below holds a claim back only while `term` is a key column: refuse rather
+    -- than pass without it (the index looks redundant and is never scanned, so it is the
+    -- first an index advisor drops).
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_index i
+        WHERE i.indrelid = 'service_leader_lock'::regclass
+          AND i.indisunique AND i.indimmediate AND i.indisvalid
+          AND i.indpred IS NULL AND i.indexprs IS NULL
+          AND (SELECT a.attnum FROM pg_attribute a
+               WHERE a.attrelid = i.indrelid AND a.attname = 'term') = ANY (i.indkey::int2[])) THEN
+        RAISE EXCEPTION USING ERRCODE = 'LD002',
+            MESSAGE = format('leaderd fence: election %s: the unique index on service_leader_lock (name, term) is gone, without which the fence holds no claim back', quote_literal(election)),
+            HINT = 'run leaderd migrate, which creates it again (service_leader_lock_name_term)';
+    END IF;
     -- The lock first: a claim under way is waited for, and READ COMMITTED then reads what
     -- it wrote. Under REPEATABLE READ or SERIALIZABLE a new term committed after the
     -- transaction's snapshot makes this fail with SQLSTATE 40001 (fails closed).

@@ -2,8 +2,10 @@
 
 use super::Dialect;
 
-// MySQL applies SET assignments left to right, so `term` comes first while it still reads
-// the old value (and `taken_term = term` after it reads the new one). The new term is also
+// MySQL applies SET assignments left to right, and MariaDB too unless `sql_mode` has
+// SIMULTANEOUS_ASSIGNMENT, where every one reads the old row: so `taken_term` comes first
+// and both it and `term` compute the new term from the old one (NOW(6) is one reading per
+// statement), which gives the same value either way. The new term is also
 // kept as the connection's LAST_INSERT_ID, which `started_term` reads back (no
 // `UPDATE .. RETURNING` here). NOW(6) is the
 // statement's start: a statement that waited for a row lock judges expiry by an earlier
@@ -48,20 +50,22 @@ pub(in crate::store) const MYSQL: Dialect = Dialect {
         "INSERT IGNORE INTO service_leader_lock (name, container_id, `timestamp`, term, lease_ms)
                  VALUES (?, NULL, NOW(6), 0, 0)",
     claim: "UPDATE service_leader_lock
-            SET term = LAST_INSERT_ID(GREATEST(term + 1, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED))),
+            SET taken_term = GREATEST(term + 1, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)),
+                term = LAST_INSERT_ID(GREATEST(term + 1, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED))),
                 container_id = ?, term_token = ?, `timestamp` = NOW(6), lease_ms = ?,
                 handover_to = NULL, handover_until = NULL, resign_term = NULL,
-                taken_at = NOW(6), taken_term = term
+                taken_at = NOW(6)
             WHERE name = ? AND term = ?
               AND (container_id IS NULL
                    OR `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND <= NOW(6))
               AND (paused_until IS NULL OR paused_until <= NOW(6))
               AND (handover_to IS NULL OR handover_until <= NOW(6) OR handover_to = ?)",
     reacquire: "UPDATE service_leader_lock
-                SET term = LAST_INSERT_ID(GREATEST(term + 1, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED))),
+                SET taken_term = GREATEST(term + 1, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)),
+                    term = LAST_INSERT_ID(GREATEST(term + 1, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED))),
                     term_token = ?, `timestamp` = NOW(6), lease_ms = ?,
                     handover_to = NULL, handover_until = NULL, resign_term = NULL,
-                    taken_at = NOW(6), taken_term = term
+                    taken_at = NOW(6)
                 WHERE name = ? AND container_id = ? AND term = ?
                   AND (resign_term IS NULL OR resign_term <> term)
                   AND (handover_to IS NULL OR handover_until <= NOW(6) OR handover_to = ?)
