@@ -37,6 +37,14 @@ pub enum StoreError {
     PermissionDenied { message: String },
     #[error("query timed out after {}", humantime::format_duration(*.after))]
     QueryTimeout { after: Duration },
+    /// MySQL: the term a claim started, read back on its connection, was not above the
+    /// term it claimed on top of; the claim is in doubt (its next read tells).
+    #[error(
+        "the database answered term {read} for a claim on top of term {after}: the read-back \
+         did not come from the claim's own session (a proxy that shares server connections \
+         between clients?); the claim counts as in doubt"
+    )]
+    StartedTermUnread { after: i64, read: i64 },
     #[error("migrations failed: {}", error_text::chain(.0.as_ref()))]
     Migration(Box<dyn std::error::Error + Send + Sync>),
     #[error(
@@ -96,7 +104,7 @@ impl StoreError {
             StoreError::ConnectTimeout { .. } => "connect_timeout",
             // The migrations have not run here: no outage, a step left out.
             StoreError::Query(error) if error_text::missing_table(error) => "missing_table",
-            StoreError::Query(_) => "query",
+            StoreError::Query(_) | StoreError::StartedTermUnread { .. } => "query",
             StoreError::SchemaOutdated { .. } => "schema_outdated",
             StoreError::PermissionDenied { .. } => "permission",
             StoreError::QueryTimeout { .. } => "query_timeout",

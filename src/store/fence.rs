@@ -152,8 +152,32 @@ impl Fence {
             reason,
         };
         match &error {
+            // SQLSTATE LD002: a part of the fence is missing here (the index its lock needs
+            // on PostgreSQL, the trigger on a Galera member).
+            DieselError::DatabaseError(_, info)
+                if info.message().starts_with(REFUSAL)
+                    && info.message().contains("run leaderd migrate") =>
+            {
+                FenceError::NotInstalled {
+                    election: self.election.clone(),
+                    reason: info.message().to_owned(),
+                }
+            }
             DieselError::DatabaseError(_, info) if info.message().starts_with(REFUSAL) => {
                 refused(info.message().to_owned())
+            }
+            // MariaDB's innodb_snapshot_isolation (on by default from 11.6.2): the
+            // transaction read before the leader's last renewal, and a locking read of the
+            // row changed since is refused (error 1020). The procedure rolled it back.
+            DieselError::DatabaseError(_, info)
+                if info
+                    .message()
+                    .contains("Record has changed since last read") =>
+            {
+                FenceError::StaleSnapshot {
+                    election: self.election.clone(),
+                    term: self.term,
+                }
             }
             // Only a new term makes the fence's lock fail so (PostgreSQL under REPEATABLE
             // READ or SERIALIZABLE): a renewal or a release changes no key column.
@@ -180,6 +204,21 @@ pub enum FenceError {
         /// The database's message (`leaderd fence: …`).
         reason: String,
     },
+    /// Part of the fence is missing on this database (SQLSTATE `LD002`: the unique index
+    /// its lock needs on PostgreSQL, the trigger on a Galera member): nothing commits; run
+    /// `leaderd migrate`.
+    #[error("the fence of {election:?} cannot run here: {reason}")]
+    NotInstalled { election: String, reason: String },
+    /// MariaDB with `innodb_snapshot_isolation` (on by default from 11.6.2): this
+    /// transaction read before the leader's last renewal of the row, so its snapshot is
+    /// refused. Nothing commits (fails closed); the term may still hold.
+    #[error(
+        "the fence refused this transaction's snapshot of {election:?} (term {term}): it read \
+         before the leader's last renewal and MariaDB's innodb_snapshot_isolation is on; \
+         nothing committed: run the transaction at READ COMMITTED, or run the fence before \
+         its reads (docs/fencing.md)"
+    )]
+    StaleSnapshot { election: String, term: i64 },
     /// The statement failed otherwise (a lost connection, a fence not installed: run
     /// `leaderd migrate`); whether the transaction can commit is the database's to say.
     #[error("the fence could not run: {0}")]

@@ -28,6 +28,14 @@ BEGIN
     DECLARE holder VARCHAR(100) CHARACTER SET utf8mb4;
     DECLARE left_us BIGINT;
     DECLARE reason VARCHAR(512);
+    -- Whatever fails in here (a refusal below, a lock wait that timed out, a read refused
+    -- by MariaDB's innodb_snapshot_isolation) ends the caller's transaction with it:
+    -- nothing it wrote commits, even if the caller goes on to COMMIT.
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+    BEGIN
+        ROLLBACK;
+        RESIGNAL;
+    END;
     -- The lock first: a shared lock on the election's row, which every write of the row
     -- waits for (claims, and the leader's renewal too: hence "call it last"). A locking
     -- read reads the newest version whatever the isolation level, so a REPEATABLE READ

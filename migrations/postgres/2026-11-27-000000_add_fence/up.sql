@@ -38,7 +38,7 @@ BEGIN
           AND (SELECT a.attnum FROM pg_attribute a
                WHERE a.attrelid = i.indrelid AND a.attname = 'term') = ANY (i.indkey::int2[])) THEN
         RAISE EXCEPTION USING ERRCODE = 'LD002',
-            MESSAGE = format('leaderd fence: election %s: the unique index on service_leader_lock (name, term) is gone, without which the fence holds no claim back', quote_literal(election)),
+            MESSAGE = format('leaderd fence: election %s: the unique index on service_leader_lock (name, term) is gone, without which the fence holds no claim back: run leaderd migrate', quote_literal(election)),
             HINT = 'run leaderd migrate, which creates it again (service_leader_lock_name_term)';
     END IF;
     -- The lock first: a claim under way is waited for, and READ COMMITTED then reads what

@@ -32,12 +32,12 @@ pub(in crate::store) const SQLITE: Dialect = Dialect {
     ensure_row: r#"INSERT OR IGNORE INTO service_leader_lock (name, container_id, "timestamp", term, lease_ms)
                    VALUES (?, NULL, strftime('%Y-%m-%d %H:%M:%f', 'now'), 0, 0)"#,
     claim: r#"UPDATE service_leader_lock
-              SET term = max(term + 1, CAST(unixepoch('subsec') * 1000000 AS INTEGER)),
+              SET term = max(term + 1, CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)),
                   container_id = ?, term_token = ?,
                   "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?,
                   handover_to = NULL, handover_until = NULL, resign_term = NULL,
                   taken_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
-                  taken_term = max(term + 1, CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+                  taken_term = max(term + 1, CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER))
               WHERE name = ? AND term = ?
                 AND (container_id IS NULL
                      OR (julianday('now') - julianday("timestamp")) * 86400000.0 >= lease_ms)
@@ -46,12 +46,12 @@ pub(in crate::store) const SQLITE: Dialect = Dialect {
                      OR handover_to = ?)
               RETURNING term"#,
     reacquire: r#"UPDATE service_leader_lock
-                  SET term = max(term + 1, CAST(unixepoch('subsec') * 1000000 AS INTEGER)),
+                  SET term = max(term + 1, CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)),
                       term_token = ?,
                       "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?,
                       handover_to = NULL, handover_until = NULL, resign_term = NULL,
                       taken_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
-                  taken_term = max(term + 1, CAST(unixepoch('subsec') * 1000000 AS INTEGER))
+                  taken_term = max(term + 1, CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER))
                   WHERE name = ? AND container_id = ? AND term = ?
                     AND (resign_term IS NULL OR resign_term <> term)
                     AND (handover_to IS NULL OR julianday(handover_until) <= julianday('now')

@@ -321,6 +321,7 @@ impl DbConnection {
         &mut self,
         statement: fn(&Dialect) -> &'static str,
         params: Vec<Param<'_>>,
+        on_top_of: i64,
     ) -> Result<Option<i64>, StoreError> {
         if let DbConnection::Sqlite(conn) = self {
             conn.batch_execute(SQLITE_SYNCED).await?;
@@ -341,12 +342,21 @@ impl DbConnection {
                     .map_err(read_error)?;
                 match matched {
                     0 => None,
-                    _ => Some(
-                        Statement::new(read_back, Vec::new())
+                    _ => {
+                        let read = Statement::new(read_back, Vec::new())
                             .get_result::<StartedTerm>(c)
                             .await?
-                            .term,
-                    ),
+                            .term;
+                        // Another session's LAST_INSERT_ID (a multiplexing proxy) would
+                        // hand hooks a wrong fencing token.
+                        if read <= on_top_of {
+                            return Err(StoreError::StartedTermUnread {
+                                after: on_top_of,
+                                read,
+                            });
+                        }
+                        Some(read)
+                    }
                 }
             }
         });
@@ -366,7 +376,7 @@ impl DbConnection {
             Param::BigInt(lease.term),
             Param::Text(&lease.holder),
         ];
-        self.start_term(|d| d.claim, params).await
+        self.start_term(|d| d.claim, params, lease.term).await
     }
 
     /// Starts the next term on a row the holder still holds in `lease.term`; that term.
@@ -379,7 +389,7 @@ impl DbConnection {
             Param::BigInt(lease.term),
             Param::Text(&lease.holder),
         ];
-        self.start_term(|d| d.reacquire, params).await
+        self.start_term(|d| d.reacquire, params, lease.term).await
     }
 
     pub async fn renew(&mut self, lease: &Lease, seen: Commands) -> Result<bool, StoreError> {

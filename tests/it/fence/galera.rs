@@ -51,7 +51,7 @@ pub async fn fence_across_members(members: &[Mariadb]) {
     let term = old.get(&name).await.unwrap().unwrap().term;
     let mut work = WorkConnection::open(Backend::Mysql, &url(0)).await.unwrap();
     match work.fence(&Fence::new(&name, term)).await {
-        Err(FenceError::Refused { reason, .. }) => {
+        Err(FenceError::NotInstalled { reason, .. }) => {
             assert!(reason.contains("no trigger leaderd_fence_term"), "{reason}")
         }
         other => panic!("the fence ran on Galera without its trigger: {other:?}"),
