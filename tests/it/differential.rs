@@ -103,7 +103,16 @@ struct Sequence<'c> {
     /// the sequence again traced: formatting every answer would cost most of the run).
     trace: Option<Vec<String>>,
     statements: u64,
+    /// By kind of statement: how many ran, and how many took effect.
+    counts: Counts,
 }
+
+/// By kind of statement: how many ran, and how many took effect.
+type Counts = std::collections::BTreeMap<&'static str, (u64, u64)>;
+
+/// What `Sequence::run` found: whether the statement took effect, or how the two sides
+/// differ.
+type Took = Result<bool, String>;
 
 /// Runs a statement on the database; its answer and the host's clock when it was sent
 /// and answered.
@@ -180,15 +189,22 @@ impl Sequence<'_> {
         }
     }
 
-    fn check<T: PartialEq + std::fmt::Debug>(what: &str, db: T, model: T) -> Verdict {
+    /// The answers must be the same; whether the statement took effect.
+    fn check<T: PartialEq + std::fmt::Debug>(
+        what: &str,
+        db: T,
+        model: T,
+        took: impl FnOnce(&T) -> bool,
+    ) -> Took {
         match db == model {
-            true => Ok(()),
+            true => Ok(took(&db)),
             false => Err(format!("{what}: database {db:?}, model {model:?}")),
         }
     }
 
-    /// Runs `op` on both sides and compares what they answer.
-    async fn run(&mut self, op: &Op) -> Verdict {
+    /// Runs `op` on both sides and compares what they answer; whether it took effect (a
+    /// write that matched, a read that found something).
+    async fn run(&mut self, op: &Op) -> Took {
         let now = self.plan;
         match op {
             Op::Get(name) => {
@@ -196,13 +212,13 @@ impl Sequence<'_> {
                 let middle = sent + (answered - sent) / 2;
                 self.sync_clock(middle + self.offset_us);
                 let model = self.model.lease_row_against(name, now, middle);
-                compare::lease_rows(&db, &model, self.tolerance())
+                compare::lease_rows(&db, &model, self.tolerance()).map(|()| db.is_some())
             }
             Op::EnsureRow(name) => {
                 let ((), _, answered) = on_db!(self, self.conn.ensure_row(name));
                 self.sync_clock(answered + self.offset_us);
                 self.model.ensure_row(name, now);
-                Ok(())
+                Ok(true)
             }
             Op::Claim(lease) | Op::Reacquire(lease) => {
                 let claim = matches!(op, Op::Claim(_));
@@ -219,38 +235,41 @@ impl Sequence<'_> {
                     let name = self.draw.names.iter().position(|n| *n == lease.name);
                     self.draw.terms[name.unwrap()].push(term);
                 }
-                Self::check("started", db, model)
+                Self::check("started", db, model, Option::is_some)
             }
             Op::Renew(lease, seen) => {
                 let (db, _, answered) = on_db!(self, self.conn.renew(lease, *seen));
                 self.sync_clock(answered + self.offset_us);
-                Self::check("renewed", db, self.model.renew(now, lease, *seen))
+                let model = self.model.renew(now, lease, *seen);
+                Self::check("renewed", db, model, |took| *took)
             }
             Op::Release(lease) => {
                 let (db, _, answered) = on_db!(self, self.conn.release(lease));
                 self.sync_clock(answered + self.offset_us);
-                Self::check("released", db, self.model.release(now, lease))
+                let model = self.model.release(now, lease);
+                Self::check("released", db, model, |took| *took)
             }
             Op::Hold(lease, left) => {
                 let (db, _, answered) = on_db!(self, self.conn.hold(lease, *left));
                 self.sync_clock(answered + self.offset_us);
-                Self::check("held", db, self.model.hold(now, lease, *left))
+                let model = self.model.hold(now, lease, *left);
+                Self::check("held", db, model, |took| *took)
             }
             Op::Pause(name, duration) => {
                 let ((), _, answered) = on_db!(self, self.conn.pause(name, *duration));
                 self.sync_clock(answered + self.offset_us);
                 self.model.pause(now, name, *duration);
-                Ok(())
+                Ok(true)
             }
             Op::Resume(name) => {
                 let (db, _, _) = on_db!(self, self.conn.resume(name));
-                Self::check("resumed", db, self.model.resume(name))
+                Self::check("resumed", db, self.model.resume(name), |took| *took)
             }
             Op::Resign { name, holder, term } => {
                 let (db, _, answered) = on_db!(self, self.conn.request_resign(name, holder, *term));
                 self.sync_clock(answered + self.offset_us);
                 let model = self.model.request_resign(now, name, holder, *term);
-                Self::check("asked", db, model)
+                Self::check("asked", db, model, |took| *took)
             }
             Op::Handover {
                 name,
@@ -267,19 +286,19 @@ impl Sequence<'_> {
                 let model = self
                     .model
                     .request_handover(now, name, holder, *term, to, *offer);
-                Self::check("asked", db, model)
+                Self::check("asked", db, model, |took| *took)
             }
             Op::Accept { name, node, term } => {
                 let (db, _, answered) = on_db!(self, self.conn.accept_handover(name, node, *term));
                 self.sync_clock(answered + self.offset_us);
                 let model = self.model.accept_handover(now, name, node, *term);
-                Self::check("accepted", db, model)
+                Self::check("accepted", db, model, |took| *took)
             }
             Op::Record(record, fresh) => {
                 let ((), _, answered) = on_db!(self, self.conn.record_member(record, *fresh));
                 self.sync_clock(answered + self.offset_us);
                 self.model.record_member(now, record, *fresh);
-                Ok(())
+                Ok(true)
             }
             Op::HoldPreemption {
                 election,
@@ -290,26 +309,27 @@ impl Sequence<'_> {
                     on_db!(self, self.conn.hold_preemption(election, node, *hold));
                 self.sync_clock(answered + self.offset_us);
                 self.model.hold_preemption(now, election, node, *hold);
-                Ok(())
+                Ok(true)
             }
             Op::Members(election) => {
                 let (db, _, answered) = on_db!(self, self.conn.members(election));
                 self.sync_clock(answered + self.offset_us);
                 let model = self.model.members(now, election);
-                compare::members(&db, &model, self.tolerance())
+                compare::members(&db, &model, self.tolerance()).map(|()| !db.is_empty())
             }
             Op::Prune(election, older_than) => {
                 let ((), _, answered) =
                     on_db!(self, self.conn.prune_members(election, *older_than));
                 self.sync_clock(answered + self.offset_us);
                 self.model.prune_members(now, election, *older_than);
-                Ok(())
+                Ok(true)
             }
             Op::HeldRows => {
                 let (mut db, _, answered) = on_db!(self, self.conn.held_rows());
                 db.retain(|row| self.draw.names.contains(&row.name));
                 self.sync_clock(answered + self.offset_us);
-                compare::held_rows(&db, &self.model.held_rows(now), self.tolerance())
+                let model = self.model.held_rows(now);
+                compare::held_rows(&db, &model, self.tolerance()).map(|()| !db.is_empty())
             }
             Op::EditHandover { name, to, until } => {
                 let until = until.map(|(ahead, by)| (ahead, whole_ms(by)));
@@ -320,7 +340,7 @@ impl Sequence<'_> {
                     false => now - by,
                 });
                 self.model.set_handover(name, to.as_deref(), until);
-                Ok(())
+                Ok(true)
             }
         }
     }
@@ -332,7 +352,7 @@ impl Sequence<'_> {
             self.run(&Op::Get(name.clone())).await?;
             self.run(&Op::Members(name)).await?;
         }
-        self.run(&Op::HeldRows).await
+        self.run(&Op::HeldRows).await.map(|_| ())
     }
 
     /// Moves both clocks on to the next stage, clear of every boundary.
@@ -388,8 +408,11 @@ impl Sequence<'_> {
         for _ in 0..steps {
             let op = self.draw.op(&self.model, self.plan);
             self.note(|| format!("{op:?}"));
-            self.run(&op).await?;
-            if self.draw.rng.random_bool(0.35) {
+            let took = self.run(&op).await?;
+            let count = self.counts.entry(op.kind()).or_default();
+            count.0 += 1;
+            count.1 += u64::from(took);
+            if self.draw.rng.random_bool(0.3) {
                 if self.draw.rng.random_bool(0.25) {
                     self.compare_all().await?;
                 }
@@ -412,7 +435,7 @@ async fn sequence(
     seed: u64,
     prefix: &str,
     traced: bool,
-) -> (Outcome, Vec<String>, u64) {
+) -> Ran {
     let mut rng = SmallRng::seed_from_u64(seed);
     let steps = rng.random_range(15..=30);
     let draw = Draw::new(rng, prefix);
@@ -431,6 +454,7 @@ async fn sequence(
         offset_us,
         trace: traced.then(Vec::new),
         statements: 0,
+        counts: Counts::new(),
     };
     let verdict = sequence.play(steps).await;
     let outcome = match verdict {
@@ -438,9 +462,22 @@ async fn sequence(
         Err(_) if sequence.overran => Outcome::Overran,
         Err(difference) => Outcome::Disagreed(difference),
     };
-    let (trace, statements) = (sequence.trace.take(), sequence.statements);
+    let ran = Ran {
+        outcome,
+        trace: sequence.trace.take().unwrap_or_default(),
+        statements: sequence.statements,
+        counts: std::mem::take(&mut sequence.counts),
+    };
     sql::delete(conn, &names).await;
-    (outcome, trace.unwrap_or_default(), statements)
+    ran
+}
+
+/// What one run of a sequence left.
+struct Ran {
+    outcome: Outcome,
+    trace: Vec<String>,
+    statements: u64,
+    counts: Counts,
 }
 
 /// The database clock's lead on this host's, as reads measure it (the smallest of a few).
@@ -488,6 +525,7 @@ struct Run {
     /// (index, report) of every sequence that disagreed.
     failures: std::sync::Mutex<Vec<(usize, String)>>,
     statements: std::sync::atomic::AtomicU64,
+    counts: std::sync::Mutex<Counts>,
     reruns: std::sync::atomic::AtomicU64,
     skipped: std::sync::atomic::AtomicU64,
 }
@@ -505,13 +543,20 @@ async fn worker(backend: Backend, url: String, offset_us: i64, run: std::sync::A
         let seed = run.seeds[index];
         for attempt in 0.. {
             let prefix = format!("s{index}a{attempt}_");
-            let (outcome, trace, ran) =
-                sequence(backend, &mut conn, offset_us, seed, &prefix, single).await;
-            run.statements.fetch_add(ran, SeqCst);
+            let ran = sequence(backend, &mut conn, offset_us, seed, &prefix, single).await;
+            run.statements.fetch_add(ran.statements, SeqCst);
             if single {
-                println!("{}", trace.join("\n"));
+                println!("{}", ran.trace.join("\n"));
             }
-            match outcome {
+            {
+                let mut counts = run.counts.lock().unwrap();
+                for (kind, (sent, took)) in &ran.counts {
+                    let count = counts.entry(kind).or_default();
+                    count.0 += sent;
+                    count.1 += took;
+                }
+            }
+            match ran.outcome {
                 Outcome::Agreed => break,
                 Outcome::Overran if attempt < 3 => {
                     run.reruns.fetch_add(1, SeqCst);
@@ -524,9 +569,9 @@ async fn worker(backend: Backend, url: String, offset_us: i64, run: std::sync::A
                 Outcome::Disagreed(difference) => {
                     // Again, traced.
                     let prefix = format!("s{index}t_");
-                    let (again, trace, _) =
-                        sequence(backend, &mut conn, offset_us, seed, &prefix, true).await;
-                    let again = match again {
+                    let again = sequence(backend, &mut conn, offset_us, seed, &prefix, true).await;
+                    let trace = again.trace;
+                    let again = match again.outcome {
                         Outcome::Disagreed(again) if again == difference => String::new(),
                         Outcome::Disagreed(again) => format!("run again: {again}\n"),
                         Outcome::Agreed => "run again, it agreed\n".to_owned(),
@@ -599,6 +644,15 @@ async fn the_sql_agrees_with_its_model(backend: Backend) {
         run.statements.load(SeqCst),
         sequences as f64 / took.as_secs_f64(),
         run.reruns.load(SeqCst),
+    );
+    let counts = run.counts.lock().unwrap();
+    let counts: Vec<String> = counts
+        .iter()
+        .map(|(kind, (sent, took))| format!("{kind} {took}/{sent}"))
+        .collect();
+    println!(
+        "differential {backend:?}: statements that took effect (or found something): {}",
+        counts.join(", ")
     );
     assert!(
         skipped * 10 <= sequences as u64,

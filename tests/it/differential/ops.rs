@@ -65,14 +65,43 @@ pub(super) enum Op {
     },
 }
 
+impl Op {
+    /// What kind of statement it is.
+    pub(super) fn kind(&self) -> &'static str {
+        match self {
+            Op::Get(_) => "get",
+            Op::EnsureRow(_) => "ensure_row",
+            Op::Claim(_) => "claim",
+            Op::Reacquire(_) => "reacquire",
+            Op::Renew(..) => "renew",
+            Op::Release(_) => "release",
+            Op::Hold(..) => "hold",
+            Op::Pause(..) => "pause",
+            Op::Resume(_) => "resume",
+            Op::Resign { .. } => "resign",
+            Op::Handover { offer: true, .. } => "offer",
+            Op::Handover { offer: false, .. } => "handover",
+            Op::Accept { .. } => "accept",
+            Op::Record(..) => "record_member",
+            Op::HoldPreemption { .. } => "hold_preemption",
+            Op::Members(_) => "members",
+            Op::Prune(..) => "prune",
+            Op::HeldRows => "held_rows",
+            Op::EditHandover { .. } => "by_hand",
+        }
+    }
+}
+
 /// What a sequence draws its statements from: its seed's generator, its names, its
-/// nodes' process tokens, and the terms its rows have had.
+/// nodes' process tokens, the terms its rows have had and the nodes they were offered to.
 pub(super) struct Draw {
     pub(super) rng: SmallRng,
     pub(super) names: Vec<String>,
     tokens: Vec<[ProcessToken; 2]>,
     /// Every term each row has had (0 first).
     pub(super) terms: Vec<Vec<i64>>,
+    /// The node each row was last handed over to (a read hides it once its window ends).
+    offered: Vec<Option<String>>,
     /// `older_than` of every prune in this sequence.
     pub(super) prune_after: Duration,
 }
@@ -93,6 +122,7 @@ impl Draw {
         Draw {
             rng,
             terms: vec![vec![0]; names.len()],
+            offered: vec![None; names.len()],
             names,
             tokens,
             prune_after: Duration::from_secs(prune_after),
@@ -125,8 +155,8 @@ impl Draw {
     fn term(&mut self, name: usize, row: Option<&LeaseRow>) -> i64 {
         let current = row.map_or(0, |row| row.term);
         match self.rng.random_range(0..10) {
-            0..=6 => current,
-            7 | 8 => {
+            0..=7 => current,
+            8 => {
                 let terms = self.terms[name].clone();
                 *self.one_of(&terms)
             }
@@ -137,7 +167,7 @@ impl Draw {
     /// A node for a write on `row`: mostly its holder, if it has one.
     fn holder(&mut self, row: Option<&LeaseRow>) -> String {
         match row.and_then(|row| row.holder.clone()) {
-            Some(holder) if self.chance(0.75) => holder,
+            Some(holder) if self.chance(0.85) => holder,
             _ => self.one_of(&NODES[..3]).to_string(),
         }
     }
@@ -150,18 +180,47 @@ impl Draw {
             name: self.names[name].clone(),
             holder,
             token,
-            ttl: self.length(Duration::from_secs(3)),
+            ttl: self.length(Duration::from_secs(6)),
             term,
         }
     }
 
     /// The next statement, given the model's tables at `now`.
     pub(super) fn op(&mut self, model: &Table, now: Instant) -> Op {
-        let name = self.rng.random_range(0..self.names.len());
+        // An offer in force: its target accepts it now and then.
+        for name in 0..self.names.len() {
+            let Some(row) = model.lease_row(&self.names[name], now) else {
+                continue;
+            };
+            let offered = row.pending.handover_to.clone();
+            let Some(to) = offered.filter(|to| row.offered_to(to)) else {
+                continue;
+            };
+            if self.chance(0.3) {
+                let term = self.term(name, Some(&row));
+                return Op::Accept {
+                    name: self.names[name].clone(),
+                    node: to,
+                    term,
+                };
+            }
+        }
+        let kind = self.rng.random_range(0..100);
+        // A leader's statements and the commands to it, mostly on a row with a live lease.
+        let live: Vec<usize> = (0..self.names.len())
+            .filter(|name| {
+                let row = model.lease_row(&self.names[*name], now);
+                row.is_some_and(|row| row.live_holder().is_some())
+            })
+            .collect();
+        let name = match (25..=72).contains(&kind) && !live.is_empty() && self.chance(0.85) {
+            true => *self.one_of(&live),
+            false => self.rng.random_range(0..self.names.len()),
+        };
         let row = model.lease_row(&self.names[name], now);
         let row = row.as_ref();
         let text = self.names[name].clone();
-        match self.rng.random_range(0..100) {
+        match kind {
             0..=7 => Op::Get(text),
             8..=10 => Op::EnsureRow(text),
             11..=24 => {
@@ -177,7 +236,7 @@ impl Draw {
             30..=43 => {
                 let holder = self.holder(row);
                 let term = self.term(name, row);
-                let seen = match (row, self.chance(0.75)) {
+                let seen = match (row, self.chance(0.8)) {
                     (Some(row), true) => row.commands(),
                     _ => Commands {
                         resign: self.chance(0.5),
@@ -198,10 +257,12 @@ impl Draw {
                 Op::Hold(self.lease(name, holder, term), left)
             }
             54..=56 => {
+                // Mostly short, so that the sequence goes on past it; `pause` without
+                // `--for` is an hour.
                 let duration = match self.rng.random_range(0..10) {
-                    0..=6 => self.length(Duration::from_secs(20)),
-                    7 | 8 => self.length(Duration::from_secs(300)),
-                    _ => Duration::from_secs(86_400),
+                    0..=7 => self.length(Duration::from_secs(5)),
+                    8 => self.length(Duration::from_secs(60)),
+                    _ => Duration::from_secs(3600),
                 };
                 Op::Pause(text, duration)
             }
@@ -211,17 +272,21 @@ impl Draw {
                 term: self.term(name, row),
                 name: text,
             },
-            62..=67 => Op::Handover {
-                holder: self.holder(row),
-                term: self.term(name, row),
-                to: self.one_of(&NODES).to_string(),
-                offer: self.chance(0.5),
-                name: text,
-            },
+            62..=67 => {
+                let to = self.one_of(&NODES).to_string();
+                self.offered[name] = Some(to.clone());
+                Op::Handover {
+                    holder: self.holder(row),
+                    term: self.term(name, row),
+                    to,
+                    offer: self.chance(0.5),
+                    name: text,
+                }
+            }
             68..=72 => {
-                let offered = row.and_then(|row| row.pending.handover_to.clone());
+                let offered = self.offered[name].clone();
                 let node = match offered {
-                    Some(to) if self.chance(0.7) => to,
+                    Some(to) if self.chance(0.8) => to,
                     _ => self.one_of(&NODES).to_string(),
                 };
                 Op::Accept {
@@ -277,13 +342,15 @@ impl Draw {
     }
 
     /// How far the next stage moves time (before it is kept clear of the boundaries), and
-    /// whether backwards: the database clock stepping back.
+    /// whether backwards: the database clock stepping back. Mostly less than a lease
+    /// (0.5 to 6 s), so that leases live on across stages; now and then far past every
+    /// lease, pause and preemption hold, and past the prune age.
     pub(super) fn advance(&mut self) -> (bool, Duration) {
-        match self.rng.random_range(0..20) {
+        match self.rng.random_range(0..25) {
             0 => (true, self.length(Duration::from_secs(3))),
-            1..=3 => (false, self.length(Duration::from_secs(120))),
-            4..=7 => (false, self.length(GUARD * 3)),
-            _ => (false, self.length(Duration::from_secs(7))),
+            1 => (false, self.length(Duration::from_secs(120))),
+            2..=13 => (false, self.length(GUARD * 3)),
+            _ => (false, self.length(Duration::from_secs(4))),
         }
     }
 }
