@@ -187,16 +187,21 @@ impl Draw {
 
     /// The next statement, given the model's tables at `now`.
     pub(super) fn op(&mut self, model: &Table, now: Instant) -> Op {
-        // An offer in force: its target accepts it now and then.
+        // An offer's target accepts it now and then: mostly while the offer is in force,
+        // sometimes late (a slow node), while the lease lives on.
         for name in 0..self.names.len() {
             let Some(row) = model.lease_row(&self.names[name], now) else {
                 continue;
             };
             let offered = row.pending.handover_to.clone();
-            let Some(to) = offered.filter(|to| row.offered_to(to)) else {
-                continue;
+            let (to, chance) = match offered.filter(|to| row.offered_to(to)) {
+                Some(to) => (to, 0.3),
+                None => match (&self.offered[name], row.live_holder()) {
+                    (Some(to), Some(_)) => (to.clone(), 0.15),
+                    _ => continue,
+                },
             };
-            if self.chance(0.3) {
+            if self.chance(chance) {
                 let term = self.term(name, Some(&row));
                 return Op::Accept {
                     name: self.names[name].clone(),
