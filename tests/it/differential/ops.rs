@@ -317,14 +317,23 @@ impl Draw {
                 };
                 Op::Record(record, self.chance(0.3))
             }
-            80..=82 => Op::HoldPreemption {
-                election: text,
-                node: self.one_of(&NODES).to_string(),
-                hold: self.length(Duration::from_secs(60)),
-            },
-            83..=88 => Op::Members(text),
-            89 => Op::Prune(text, self.prune_after),
-            90..=95 => Op::HeldRows,
+            80..=84 => {
+                // Mostly a member's, often one held already (a shorter hold must not cut
+                // a longer one short).
+                let members = model.members(now, &text);
+                let node = match members.is_empty() || self.chance(0.15) {
+                    true => self.one_of(&NODES).to_string(),
+                    false => self.one_of(&members).node_id.clone(),
+                };
+                Op::HoldPreemption {
+                    election: text,
+                    node,
+                    hold: self.length(Duration::from_secs(60)),
+                }
+            }
+            85..=89 => Op::Members(text),
+            90 => Op::Prune(text, self.prune_after),
+            91..=95 => Op::HeldRows,
             _ => {
                 let to = match self.chance(0.7) {
                     true => Some(self.one_of(&NODES).to_string()),
