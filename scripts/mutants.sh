@@ -6,12 +6,13 @@
 # machine's step directly (a mutant outside the election and the table, in the daemon
 # or the operator commands, is not reachable by those: "-"). One the simulator misses is run against the election's and the
 # store's unit tests, and the row says so; it fails only if those miss it too.
-# A patch may name the test that must catch it instead, in a header line
-# `Caught-by: FILTER`: a filter of the integration tests (`cargo test --test it FILTER`,
-# which needs the databases `scripts/test.sh` starts). The differential test then runs
-# its fixed seeds only, and the row gives the sequence that caught it and how many
-# sequences that took. `--by FILTER` runs every mutant given against that filter (the
-# table's mutants against the differential test, say).
+# A patch may name the tests that must catch it instead, in a header line
+# `Caught-by: FILTER...`: filters of the integration tests (`cargo test --test it --
+# FILTER...`, which needs the databases `scripts/test.sh` starts). The differential test
+# then runs its fixed seeds only, and the row gives the sequence that caught it and how
+# many sequences that took; otherwise it names the tests that failed. `--by 'FILTER...'`
+# runs every mutant given against those filters (the table's mutants against the
+# differential test, say).
 # `--check` only checks that every patch still applies (CI runs that).
 #   scripts/mutants.sh [--check] [--by FILTER] [mutants/NN-name.patch ...]
 set -euo pipefail
@@ -66,7 +67,8 @@ for patch in "${patches[@]}"; do
   git apply "$patch"
   applied=$patch
   if [ -n "$filter" ]; then
-    out=$(LEADERD_DIFF_FRESH=0 cargo test -q --test it "$filter" 2>&1 || true)
+    # shellcheck disable=SC2086 # one filter or several
+    out=$(LEADERD_DIFF_FRESH=0 cargo test -q --test it -- $filter 2>&1 || true)
     git apply -R "$patch"
     applied=""
     if grep -q "error\[E" <<<"$out"; then
@@ -75,8 +77,8 @@ for patch in "${patches[@]}"; do
     elif seen=$(grep -m1 -oE 'differential [A-Za-z]+: sequence [0-9]+ of [0-9]+ \(seed [0-9]+\)' <<<"$out"); then
       read -r _ backend _ count _ _ _ seed <<<"$seen"
       echo "| $name | differential test ${backend%:}, seed ${seed%)} | $count | - | - |"
-    elif failed=$(grep -m1 -oE '^---- [a-z_:]+' <<<"$out") && [ -n "$failed" ]; then
-      echo "| $name | ${failed#---- } | - | - | - |"
+    elif failed=$(grep -oE '^---- [a-z_:]+' <<<"$out") && [ -n "$failed" ]; then
+      echo "| $name | $(sed 's/^---- //' <<<"$failed" | sort | paste -sd ' ') | - | - | - |"
     elif ! grep -q "test result: ok" <<<"$out"; then
       echo "| $name | NOT RUN ($filter) | - | - | - |"
       escaped=$((escaped + 1))

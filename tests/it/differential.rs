@@ -227,10 +227,18 @@ impl Sequence<'_> {
                     false => on_db!(self, self.conn.reacquire(lease)),
                 };
                 self.started(lease, db, sent, answered)?;
-                let model = match claim {
+                let mut model = match claim {
                     true => self.model.claim(now, lease),
                     false => self.model.reacquire(now, lease),
                 };
+                // The model reads SQLite's clock to the millisecond; the term it starts may
+                // have been read finer (a float of it). Checked against the clock above.
+                if let (Some(db), Some(modelled)) = (db, model) {
+                    if db != modelled && db.abs_diff(modelled) < 1000 {
+                        self.model.set_term(&lease.name, db);
+                        model = Some(db);
+                    }
+                }
                 if let Some(term) = model {
                     let name = self.draw.names.iter().position(|n| *n == lease.name);
                     self.draw.terms[name.unwrap()].push(term);

@@ -57,6 +57,14 @@ impl Table {
         }
     }
 
+    /// Sets the term of `name` by hand: one a database started whose clock the model does
+    /// not read to the microsecond (SQLite's float of its millisecond clock).
+    pub fn set_term(&mut self, name: &str, term: i64) {
+        if let Some(row) = self.rows.get_mut(name) {
+            row.term = term;
+        }
+    }
+
     /// Sets the handover columns of `name` by hand, as an operator's UPDATE or a node of
     /// another version might leave them (a target without a window, say).
     pub fn set_handover(&mut self, name: &str, to: Option<&str>, until: Option<Instant>) {
