@@ -100,7 +100,7 @@ struct Sequence<'c> {
     /// The database clock's lead on this host's.
     offset_us: i64,
     /// What ran and what the database answered, when traced (a failure's report runs
-    /// the sequence again traced: formatting every answer would cost most of the run).
+    /// the sequence again traced, rather than every run formatting every answer).
     trace: Option<Vec<String>>,
     statements: u64,
     /// By kind of statement: how many ran, and how many took effect.
