@@ -6,20 +6,27 @@
 # machine's step directly (a mutant outside the election and the table, in the daemon
 # or the operator commands, is not reachable by those: "-"). One the simulator misses is run against the election's and the
 # store's unit tests, and the row says so; it fails only if those miss it too.
-# The fence's mutants (60-69: the SQL of leaderd_fence, in migrations/) are outside the
-# simulator: each runs the fence's integration tests against the real databases and a
-# Galera cluster (`cargo test --test it -- fence:: galera::`, about two minutes), and the
-# row names the tests that failed.
+# A patch may name the tests that must catch it instead, in a header line
+# `Caught-by: FILTER...`: filters of the integration tests (`cargo test --test it --
+# FILTER...`, which needs the databases `scripts/test.sh` starts). The differential test
+# then runs its fixed seeds only, and the row gives the sequence that caught it and how
+# many sequences that took; otherwise it names the tests that failed. `--by 'FILTER...'`
+# runs every mutant given against those filters (the table's mutants against the
+# differential test, say).
 # `--check` only checks that every patch still applies (CI runs that).
-#   scripts/mutants.sh [--check] [mutants/NN-name.patch ...]
+#   scripts/mutants.sh [--check] [--by FILTER] [mutants/NN-name.patch ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 check_only=false
-if [ "${1:-}" = "--check" ]; then
-  check_only=true
-  shift
-fi
+by=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --check) check_only=true; shift ;;
+    --by) by=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
 patches=("$@")
 [ ${#patches[@]} -gt 0 ] || patches=(mutants/*.patch)
 
@@ -38,29 +45,49 @@ fi
 applied=""
 trap '[ -z "$applied" ] || git apply -R "$applied"' EXIT
 
+# The test a patch names (`Caught-by:`), or the one `--by` gives; none: the simulator.
+caught_by() {
+  if [ -n "$by" ]; then echo "$by"; else sed -n 's/^Caught-by: *//p' "$1" | head -1; fi
+}
+
 # Build once unmutated, so each mutant only rebuilds the crate.
 cargo test --lib --no-run -q 2>/dev/null
+for patch in "${patches[@]}"; do
+  if [ -n "$(caught_by "$patch")" ]; then
+    cargo test --test it --no-run -q 2>/dev/null
+    break
+  fi
+done
 echo "| mutant | caught by | seeds to catch | caught directly by | seeds to catch |"
 echo "|---|---|---|---|---|"
 escaped=0
 for patch in "${patches[@]}"; do
   name=$(basename "$patch" .patch)
-  if [[ "$name" == 6[0-9]-* ]]; then
-    git apply "$patch"
-    applied=$patch
-    out=$(cargo test -q --test it -- fence:: galera:: 2>&1 || true)
+  filter=$(caught_by "$patch")
+  git apply "$patch"
+  applied=$patch
+  if [ -n "$filter" ]; then
+    # shellcheck disable=SC2086 # one filter or several
+    out=$(LEADERD_DIFF_FRESH=0 cargo test -q --test it -- $filter 2>&1 || true)
     git apply -R "$patch"
     applied=""
-    if failed=$(grep -oE '^---- (fence|galera)::[a-z_:]+' <<<"$out"); then
-      echo "| $name | real databases: $(sed 's/^---- //' <<<"$failed" | sort | paste -sd ' ') | - | - | - |"
+    if grep -q "error\[E" <<<"$out"; then
+      echo "| $name | DOES NOT COMPILE | - | - | - |"
+      escaped=$((escaped + 1))
+    elif seen=$(grep -m1 -oE 'differential [A-Za-z]+: sequence [0-9]+ of [0-9]+ \(seed [0-9]+\)' <<<"$out"); then
+      read -r _ backend _ count _ _ _ seed <<<"$seen"
+      echo "| $name | differential test ${backend%:}, seed ${seed%)} | $count | - | - |"
+    elif failed=$(grep -oE '^---- [a-z_:]+' <<<"$out") && [ -n "$failed" ]; then
+      echo "| $name | $(sed 's/^---- //' <<<"$failed" | sort | paste -sd ' ') | - | - | - |"
+    elif ! grep -q "test result: ok" <<<"$out"; then
+      echo "| $name | NOT RUN ($filter) | - | - | - |"
+      escaped=$((escaped + 1))
     else
-      echo "| $name | ESCAPED | - | - | - |"
+      echo "| $name | ESCAPED $filter | - | - | - |"
       escaped=$((escaped + 1))
     fi
     continue
   fi
-  git apply "$patch"
-  applied=$patch
   out=$(cargo test -q --lib sim:: 2>&1 || true)
   unit=""
   if ! grep -q "test result: FAILED" <<<"$out"; then

@@ -8,6 +8,7 @@ mod support;
 mod cli;
 mod cluster;
 mod control;
+mod differential;
 mod durability;
 mod errors;
 mod faults;

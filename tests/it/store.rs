@@ -16,7 +16,9 @@ use leaderd::store::{
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub(crate) mod by_hand;
 mod contract;
+mod flavour;
 mod tls;
 
 use contract::*;
@@ -82,6 +84,20 @@ impl Table for TestDb {
            WHERE name = '{name}'"
         );
         execute_raw(&mut operator, &[&update]).await;
+    }
+
+    async fn step_clock_back(&self, by: Duration) {
+        let url = DatabaseUrl::parse(&self.url).unwrap();
+        let mut operator = DbConnection::connect(&url, TTL).await.unwrap();
+        let us = by.as_micros() as i64;
+        by_hand::move_times(&mut operator, self.backend, None, us).await;
+    }
+
+    async fn set_handover(&self, name: &str, to: Option<&str>, until: Option<Duration>) {
+        let url = DatabaseUrl::parse(&self.url).unwrap();
+        let mut operator = DbConnection::connect(&url, TTL).await.unwrap();
+        let until = until.map(|until| (true, until));
+        by_hand::edit_handover(&mut operator, self.backend, name, to, until).await;
     }
 }
 
@@ -460,10 +476,10 @@ async fn a_lease_held_before_the_term_token_migration_survives_it(backend: Backe
     );
 }
 
-backend_tests!(postgres = TestDb::new(Backend::Postgres) => claim_renew_release, a_new_term_is_at_least_the_database_clock, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, the_time_held_counts_from_the_start_of_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock; Backend::Postgres => migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
-backend_tests!(mysql = TestDb::new(Backend::Mysql) => claim_renew_release, a_new_term_is_at_least_the_database_clock, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, the_time_held_counts_from_the_start_of_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock; Backend::Mysql => migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
-backend_tests!(sqlite = TestDb::new(Backend::Sqlite) => claim_renew_release, a_new_term_is_at_least_the_database_clock, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, the_time_held_counts_from_the_start_of_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock; Backend::Sqlite => migrations_run_concurrently_and_again, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
-backend_tests!(memory = MemoryStore::new() => claim_renew_release, a_new_term_is_at_least_the_database_clock, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, the_time_held_counts_from_the_start_of_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock);
+backend_tests!(postgres = TestDb::new(Backend::Postgres) => claim_renew_release, a_handover_without_a_window_is_none, a_hold_after_the_clock_stepped_back_lasts_its_time, a_new_term_is_at_least_the_database_clock, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, the_time_held_counts_from_the_start_of_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock; Backend::Postgres => migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
+backend_tests!(mysql = TestDb::new(Backend::Mysql) => claim_renew_release, a_handover_without_a_window_is_none, a_hold_after_the_clock_stepped_back_lasts_its_time, a_new_term_is_at_least_the_database_clock, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, the_time_held_counts_from_the_start_of_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock; Backend::Mysql => migrations_run_concurrently_and_again, a_stalled_connection_is_replaced, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
+backend_tests!(sqlite = TestDb::new(Backend::Sqlite) => claim_renew_release, a_handover_without_a_window_is_none, a_hold_after_the_clock_stepped_back_lasts_its_time, a_new_term_is_at_least_the_database_clock, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, the_time_held_counts_from_the_start_of_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock; Backend::Sqlite => migrations_run_concurrently_and_again, a_shared_store_serves_many_elections, statements_are_prepared_once_per_connection, a_renewal_that_waited_for_the_row_lock_never_moves_the_lease_start_back, a_lease_held_before_the_term_token_migration_survives_it);
+backend_tests!(memory = MemoryStore::new() => claim_renew_release, a_handover_without_a_window_is_none, a_hold_after_the_clock_stepped_back_lasts_its_time, a_new_term_is_at_least_the_database_clock, leases_lapse_by_the_database_clock, ids_are_compared_exactly, concurrent_claims_have_one_winner, a_release_notifies_where_the_backend_can_tell, the_term_token_tells_which_process_started_the_term, the_time_held_counts_from_the_start_of_the_term, a_pause_keeps_free_and_lapsed_leases_from_every_claim, a_handover_lets_only_its_target_claim_within_its_window, members_are_recorded_by_the_database_clock);
 
 /// Migrates on a new connection (statements bounded by the ttl) waiting at most `wait` for
 /// the migration lock; also says how long that took.

@@ -48,6 +48,9 @@ pub(in crate::store) struct Dialect {
     pub(in crate::store) ensure_row: &'static str,
     /// (holder, term_token, lease_ms, name, expected_term, holder) -> term: take a released
     /// or lapsed lease, unless paused or handed over to another node; clears the handover.
+    /// A handover is in force while its window lasts: a target with no window
+    /// (`handover_until` NULL, left by hand) is none, as [`Dialect::get`] reads it, here
+    /// and in the reacquire, the resign and the handovers.
     /// Answers the term it started (no row: it took nothing; MySQL, which has no
     /// `UPDATE .. RETURNING`, answers through [`Dialect::started_term`]).
     /// It and the reacquire write when the term started (`taken_at`, `taken_term`), which
@@ -82,7 +85,9 @@ pub(in crate::store) struct Dialect {
     /// stopped acting already, so a release lost in a server crash only leaves the lease
     /// to lapse, as a stopped node's does, and the claim that follows it flushes it.
     pub(in crate::store) release: &'static str,
-    /// (pause_ms, name): no claim of a free or lapsed lease for pause_ms.
+    /// (name, pause_ms): no claim of a free or lapsed lease for pause_ms; creates the row,
+    /// unheld, if it does not exist, in the same statement (as `memory/table.rs` does in
+    /// one step). On PostgreSQL it also wakes every node that LISTENs.
     pub(in crate::store) pause: &'static str,
     /// (name): end a pause.
     pub(in crate::store) resume: &'static str,
@@ -123,7 +128,12 @@ pub(in crate::store) struct Dialect {
     /// (left_ms, name, holder, term): a lock whose work is done keeps its live lease in
     /// `term` for `left_ms` more by the database clock, and renews it no more (`leaderd lock
     /// --hold-at-least`). It leaves `timestamp` (the last renewal) alone and sets the lease to
-    /// end `left_ms` from now, rounded up; the holder stays, so others see who holds it.
+    /// end `left_ms` from now, rounded up to the millisecond (on SQLite, whose times are
+    /// whole milliseconds and whose difference of two is a float that can fall just below
+    /// the whole one, a millisecond more); the holder stays, so others see who holds it.
+    /// Where the clock stepped back past the last renewal, the lease ends `left_ms` after
+    /// the renewal instead (never a length below zero, which the table refuses on
+    /// PostgreSQL and SQLite): later than asked, never sooner.
     pub(in crate::store) hold: &'static str,
     /// () -> name, container_id, term, lease_ms, age_ms, held_ms (as [`Dialect::get`] reads
     /// it): every row whose lease is live by the database clock, elections' and locks'

@@ -59,7 +59,8 @@ pub(in crate::store) const MYSQL: Dialect = Dialect {
               AND (container_id IS NULL
                    OR `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND <= NOW(6))
               AND (paused_until IS NULL OR paused_until <= NOW(6))
-              AND (handover_to IS NULL OR handover_until <= NOW(6) OR handover_to = ?)",
+              AND (handover_to IS NULL OR handover_until IS NULL OR
+                   handover_until <= NOW(6) OR handover_to = ?)",
     reacquire: "UPDATE service_leader_lock
                 SET taken_term = GREATEST(term + 1, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)),
                     term = LAST_INSERT_ID(GREATEST(term + 1, CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED))),
@@ -68,7 +69,8 @@ pub(in crate::store) const MYSQL: Dialect = Dialect {
                     taken_at = NOW(6)
                 WHERE name = ? AND container_id = ? AND term = ?
                   AND (resign_term IS NULL OR resign_term <> term)
-                  AND (handover_to IS NULL OR handover_until <= NOW(6) OR handover_to = ?)
+                  AND (handover_to IS NULL OR handover_until IS NULL OR
+                       handover_until <= NOW(6) OR handover_to = ?)
                   AND (paused_until IS NULL OR paused_until <= NOW(6)
                        OR `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6))",
     renew: "UPDATE service_leader_lock
@@ -83,21 +85,23 @@ pub(in crate::store) const MYSQL: Dialect = Dialect {
                                       NOW(6) + INTERVAL (2 * lease_ms * 1000) MICROSECOND,
                                       handover_until)
               WHERE name = ? AND container_id = ? AND term = ?",
-    pause: "UPDATE service_leader_lock
-            SET paused_until = NOW(6) + INTERVAL (? * 1000) MICROSECOND
-            WHERE name = ?",
+    pause: "INSERT INTO service_leader_lock
+                (name, container_id, `timestamp`, term, lease_ms, paused_until)
+            VALUES (?, NULL, NOW(6), 0, 0, NOW(6) + INTERVAL (? * 1000) MICROSECOND)
+            ON DUPLICATE KEY UPDATE paused_until = VALUES(paused_until)",
     resume: "UPDATE service_leader_lock SET paused_until = NULL WHERE name = ?",
     resign: "UPDATE service_leader_lock SET resign_term = term
              WHERE name = ? AND container_id = ? AND term = ?
                AND (resign_term IS NULL OR resign_term <> term)
-               AND (handover_to IS NULL OR handover_until <= NOW(6))
+               AND (handover_to IS NULL OR handover_until IS NULL OR handover_until <= NOW(6))
                AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)",
     offer_handover: "UPDATE service_leader_lock
                      SET handover_to = ?,
                          handover_until = NOW(6) + INTERVAL (2 * lease_ms * 1000) MICROSECOND
                      WHERE name = ? AND container_id = ? AND term = ?
                        AND (resign_term IS NULL OR resign_term <> term)
-                       AND (handover_to IS NULL OR handover_until <= NOW(6))
+                       AND (handover_to IS NULL OR handover_until IS NULL OR
+                            handover_until <= NOW(6))
                        AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)",
     accept_handover: "UPDATE service_leader_lock SET resign_term = term
                       WHERE handover_to = ? AND name = ? AND container_id <> ? AND term = ?
@@ -108,7 +112,7 @@ pub(in crate::store) const MYSQL: Dialect = Dialect {
                    handover_until = NOW(6) + INTERVAL (2 * lease_ms * 1000) MICROSECOND
                WHERE name = ? AND container_id = ? AND term = ?
                  AND (resign_term IS NULL OR resign_term <> term)
-                 AND (handover_to IS NULL OR handover_until <= NOW(6))
+                 AND (handover_to IS NULL OR handover_until IS NULL OR handover_until <= NOW(6))
                  AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)",
     started_term: Some("SELECT CAST(LAST_INSERT_ID() AS SIGNED) AS term"),
     wake: None,
@@ -136,7 +140,8 @@ pub(in crate::store) const MYSQL: Dialect = Dialect {
     prune_members: "DELETE FROM leaderd_member
                     WHERE election = ? AND last_seen < NOW(6) - INTERVAL (? * 1000) MICROSECOND",
     hold: "UPDATE service_leader_lock
-             SET lease_ms = CAST(CEIL(TIMESTAMPDIFF(MICROSECOND, `timestamp`, NOW(6)) / 1000) AS SIGNED) + ?
+             SET lease_ms = GREATEST(CAST(CEIL(TIMESTAMPDIFF(MICROSECOND, `timestamp`, NOW(6)) / 1000)
+                                           AS SIGNED), 0) + ?
              WHERE name = ? AND container_id = ? AND term = ?
                AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)",
     held_rows: "SELECT name, container_id, term, lease_ms,

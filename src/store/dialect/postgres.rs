@@ -38,7 +38,8 @@ pub(in crate::store) const POSTGRES: Dialect = Dialect {
                     AND (container_id IS NULL
                          OR "timestamp" + lease_ms * INTERVAL '1 millisecond' <= clock_timestamp())
                     AND (paused_until IS NULL OR paused_until <= clock_timestamp())
-                    AND (handover_to IS NULL OR handover_until <= clock_timestamp() OR handover_to = ?)
+                    AND (handover_to IS NULL OR handover_until IS NULL OR
+                         handover_until <= clock_timestamp() OR handover_to = ?)
                   RETURNING term)
               SELECT term,
                      set_config('synchronous_commit',
@@ -55,7 +56,8 @@ pub(in crate::store) const POSTGRES: Dialect = Dialect {
                           taken_term = GREATEST(term + 1, (EXTRACT(EPOCH FROM statement_timestamp()) * 1000000)::BIGINT)
                       WHERE name = ? AND container_id = ? AND term = ?
                         AND (resign_term IS NULL OR resign_term <> term)
-                        AND (handover_to IS NULL OR handover_until <= clock_timestamp() OR handover_to = ?)
+                        AND (handover_to IS NULL OR handover_until IS NULL OR
+                             handover_until <= clock_timestamp() OR handover_to = ?)
                         AND (paused_until IS NULL OR paused_until <= clock_timestamp()
                              OR "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp())
                       RETURNING term)
@@ -83,21 +85,28 @@ pub(in crate::store) const POSTGRES: Dialect = Dialect {
                 SELECT pg_notify('leaderd_release', name),
                        set_config('synchronous_commit', 'off', true)
                 FROM released"#,
-    pause: r#"UPDATE service_leader_lock
-              SET paused_until = clock_timestamp() + ? * INTERVAL '1 millisecond'
-              WHERE name = ?"#,
+    pause: r#"WITH paused AS (
+                  INSERT INTO service_leader_lock
+                      (name, container_id, "timestamp", term, lease_ms, paused_until)
+                  VALUES (?, NULL, clock_timestamp(), 0, 0,
+                          clock_timestamp() + ? * INTERVAL '1 millisecond')
+                  ON CONFLICT (name) DO UPDATE SET paused_until = EXCLUDED.paused_until
+                  RETURNING name)
+              SELECT pg_notify('leaderd_release', name) FROM paused"#,
     resume: r#"UPDATE service_leader_lock SET paused_until = NULL WHERE name = ?"#,
     resign: r#"UPDATE service_leader_lock SET resign_term = term
                WHERE name = ? AND container_id = ? AND term = ?
                  AND (resign_term IS NULL OR resign_term <> term)
-                 AND (handover_to IS NULL OR handover_until <= clock_timestamp())
+                 AND (handover_to IS NULL OR handover_until IS NULL OR
+                      handover_until <= clock_timestamp())
                  AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()"#,
     offer_handover: r#"UPDATE service_leader_lock
                        SET handover_to = ?,
                            handover_until = clock_timestamp() + 2 * lease_ms * INTERVAL '1 millisecond'
                        WHERE name = ? AND container_id = ? AND term = ?
                          AND (resign_term IS NULL OR resign_term <> term)
-                         AND (handover_to IS NULL OR handover_until <= clock_timestamp())
+                         AND (handover_to IS NULL OR handover_until IS NULL OR
+                              handover_until <= clock_timestamp())
                          AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()"#,
     // Wakes the leader (and the nodes that LISTEN), which renews now and sees the request.
     accept_handover: r#"WITH accepted AS (
@@ -112,7 +121,8 @@ pub(in crate::store) const POSTGRES: Dialect = Dialect {
                      handover_until = clock_timestamp() + 2 * lease_ms * INTERVAL '1 millisecond'
                  WHERE name = ? AND container_id = ? AND term = ?
                    AND (resign_term IS NULL OR resign_term <> term)
-                   AND (handover_to IS NULL OR handover_until <= clock_timestamp())
+                   AND (handover_to IS NULL OR handover_until IS NULL OR
+                        handover_until <= clock_timestamp())
                    AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()"#,
     // The release's channel: a hint to run a round now (notify.rs), which the leader
     // also heeds, so it sees the command at once.
@@ -144,7 +154,8 @@ pub(in crate::store) const POSTGRES: Dialect = Dialect {
                       WHERE election = ?
                         AND last_seen < clock_timestamp() - ? * INTERVAL '1 millisecond'"#,
     hold: r#"UPDATE service_leader_lock
-               SET lease_ms = CEIL(EXTRACT(EPOCH FROM (clock_timestamp() - "timestamp")) * 1000)::BIGINT + ?
+               SET lease_ms = GREATEST(CEIL(EXTRACT(EPOCH FROM (clock_timestamp() - "timestamp"))
+                                            * 1000)::BIGINT, 0) + ?
                WHERE name = ? AND container_id = ? AND term = ?
                  AND "timestamp" + lease_ms * INTERVAL '1 millisecond' > clock_timestamp()"#,
     held_rows: r#"SELECT name, container_id, term, lease_ms,

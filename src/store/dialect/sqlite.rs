@@ -32,29 +32,31 @@ pub(in crate::store) const SQLITE: Dialect = Dialect {
     ensure_row: r#"INSERT OR IGNORE INTO service_leader_lock (name, container_id, "timestamp", term, lease_ms)
                    VALUES (?, NULL, strftime('%Y-%m-%d %H:%M:%f', 'now'), 0, 0)"#,
     claim: r#"UPDATE service_leader_lock
-              SET term = max(term + 1, CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)),
+              SET term = max(term + 1, CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000),
                   container_id = ?, term_token = ?,
                   "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?,
                   handover_to = NULL, handover_until = NULL, resign_term = NULL,
                   taken_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
-                  taken_term = max(term + 1, CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER))
+                  taken_term = max(term + 1, CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)
               WHERE name = ? AND term = ?
                 AND (container_id IS NULL
                      OR (julianday('now') - julianday("timestamp")) * 86400000.0 >= lease_ms)
                 AND (paused_until IS NULL OR julianday(paused_until) <= julianday('now'))
-                AND (handover_to IS NULL OR julianday(handover_until) <= julianday('now')
+                AND (handover_to IS NULL OR handover_until IS NULL OR
+                     julianday(handover_until) <= julianday('now')
                      OR handover_to = ?)
               RETURNING term"#,
     reacquire: r#"UPDATE service_leader_lock
-                  SET term = max(term + 1, CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)),
+                  SET term = max(term + 1, CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000),
                       term_token = ?,
                       "timestamp" = strftime('%Y-%m-%d %H:%M:%f', 'now'), lease_ms = ?,
                       handover_to = NULL, handover_until = NULL, resign_term = NULL,
                       taken_at = strftime('%Y-%m-%d %H:%M:%f', 'now'),
-                  taken_term = max(term + 1, CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER))
+                  taken_term = max(term + 1, CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)
                   WHERE name = ? AND container_id = ? AND term = ?
                     AND (resign_term IS NULL OR resign_term <> term)
-                    AND (handover_to IS NULL OR julianday(handover_until) <= julianday('now')
+                    AND (handover_to IS NULL OR handover_until IS NULL OR
+                         julianday(handover_until) <= julianday('now')
                          OR handover_to = ?)
                     AND (paused_until IS NULL OR julianday(paused_until) <= julianday('now')
                          OR (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms)
@@ -72,14 +74,17 @@ pub(in crate::store) const SQLITE: Dialect = Dialect {
                                                         julianday('now') + 2 * lease_ms / 86400000.0)
                                           ELSE handover_until END
                 WHERE name = ? AND container_id = ? AND term = ?"#,
-    pause: r#"UPDATE service_leader_lock
-              SET paused_until = strftime('%Y-%m-%d %H:%M:%f', julianday('now') + ? / 86400000.0)
-              WHERE name = ?"#,
+    pause: r#"INSERT INTO service_leader_lock
+                  (name, container_id, "timestamp", term, lease_ms, paused_until)
+              VALUES (?, NULL, strftime('%Y-%m-%d %H:%M:%f', 'now'), 0, 0,
+                      strftime('%Y-%m-%d %H:%M:%f', julianday('now') + ? / 86400000.0))
+              ON CONFLICT (name) DO UPDATE SET paused_until = excluded.paused_until"#,
     resume: r#"UPDATE service_leader_lock SET paused_until = NULL WHERE name = ?"#,
     resign: r#"UPDATE service_leader_lock SET resign_term = term
                WHERE name = ? AND container_id = ? AND term = ?
                  AND (resign_term IS NULL OR resign_term <> term)
-                 AND (handover_to IS NULL OR julianday(handover_until) <= julianday('now'))
+                 AND (handover_to IS NULL OR handover_until IS NULL OR
+                      julianday(handover_until) <= julianday('now'))
                  AND (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms"#,
     offer_handover: r#"UPDATE service_leader_lock
                        SET handover_to = ?,
@@ -87,7 +92,8 @@ pub(in crate::store) const SQLITE: Dialect = Dialect {
                                                      julianday('now') + 2 * lease_ms / 86400000.0)
                        WHERE name = ? AND container_id = ? AND term = ?
                          AND (resign_term IS NULL OR resign_term <> term)
-                         AND (handover_to IS NULL OR julianday(handover_until) <= julianday('now'))
+                         AND (handover_to IS NULL OR handover_until IS NULL OR
+                              julianday(handover_until) <= julianday('now'))
                          AND (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms"#,
     accept_handover: r#"UPDATE service_leader_lock SET resign_term = term
                         WHERE handover_to = ? AND name = ? AND container_id <> ? AND term = ?
@@ -99,7 +105,8 @@ pub(in crate::store) const SQLITE: Dialect = Dialect {
                                                julianday('now') + 2 * lease_ms / 86400000.0)
                  WHERE name = ? AND container_id = ? AND term = ?
                    AND (resign_term IS NULL OR resign_term <> term)
-                   AND (handover_to IS NULL OR julianday(handover_until) <= julianday('now'))
+                   AND (handover_to IS NULL OR handover_until IS NULL OR
+                        julianday(handover_until) <= julianday('now'))
                    AND (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms"#,
     started_term: None,
     wake: None,
@@ -130,7 +137,8 @@ pub(in crate::store) const SQLITE: Dialect = Dialect {
                       WHERE election = ?
                         AND julianday(last_seen) < julianday('now') - ? / 86400000.0"#,
     hold: r#"UPDATE service_leader_lock
-               SET lease_ms = CAST((julianday('now') - julianday("timestamp")) * 86400000.0 AS INTEGER) + 1 + ?
+               SET lease_ms = max(CAST((julianday('now') - julianday("timestamp")) * 86400000.0 AS INTEGER),
+                                   0) + 1 + ?
                WHERE name = ? AND container_id = ? AND term = ?
                  AND (julianday('now') - julianday("timestamp")) * 86400000.0 < lease_ms"#,
     held_rows: r#"SELECT name, container_id, term, lease_ms,

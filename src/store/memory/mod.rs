@@ -10,8 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
+mod flavour;
 mod table;
 
+pub use flavour::{ClockPoint, Flavour, Precision, RenewalStart};
 pub use table::Table;
 
 use super::{
@@ -30,10 +32,11 @@ pub struct Faults {
     pub latency: Duration,
     /// Time between an operation taking effect and its answer arriving.
     pub answer_delay: Duration,
-    /// Claims, renewals and releases take effect but their answers are lost (the caller
-    /// sees an error).
+    /// Claims, renewals, releases and holds take effect but their answers are lost (the
+    /// caller sees an error).
     pub lose_write_answers: bool,
-    /// Like `lose_write_answers`, for the next claim, reacquire, renewal or release only.
+    /// Like `lose_write_answers`, for the next claim, reacquire, renewal, release or hold
+    /// only.
     pub lose_next_write_answer: bool,
 }
 
@@ -137,6 +140,19 @@ impl MemoryStore {
             .overwrite(now, name, holder, term, lease);
     }
 
+    /// Moves every stored time `by` later (`later`: the database clock stepped back by as
+    /// much) or earlier (it stepped forward).
+    pub fn move_times(&self, later: bool, by: Duration) {
+        self.table.lock().unwrap().move_times(later, by);
+    }
+
+    /// Sets the handover columns of `name` by hand (see [`Table::set_handover`]); the
+    /// window ends `until` from now.
+    pub fn set_handover(&self, name: &str, to: Option<&str>, until: Option<Duration>) {
+        let until = until.map(|until| Instant::now() + until);
+        self.table.lock().unwrap().set_handover(name, to, until);
+    }
+
     /// Asks the leader of `name`'s live term to step down, as `leaderd resign` does.
     pub fn request_resign(&self, name: &str) -> bool {
         let now = Instant::now();
@@ -171,7 +187,10 @@ impl MemoryStore {
         self.operations
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         *self.last_operation.lock().unwrap() = operation;
-        let writes = matches!(operation, "claim" | "reacquire" | "renew" | "release");
+        let writes = matches!(
+            operation,
+            "claim" | "reacquire" | "renew" | "release" | "hold"
+        );
         let faults = {
             let mut shared = self.faults.lock().unwrap();
             let for_this_operation = shared.clone();
@@ -272,6 +291,12 @@ impl LeaseStore for MemoryStore {
             accepted
         })
         .await
+    }
+
+    async fn hold(&mut self, lease: &Lease, left: Duration) -> Result<bool, StoreError> {
+        let lease = lease.clone();
+        self.with_table("hold", move |table, now| table.hold(now, &lease, left))
+            .await
     }
 
     fn release_notifications(&self, name: &str) -> Option<tokio::sync::mpsc::Receiver<()>> {

@@ -49,10 +49,12 @@ struct MemberSql {
 }
 
 impl DbConnection {
-    /// Pauses the election for `duration` (the row must exist); whether it did.
-    pub async fn pause(&mut self, name: &str, duration: Duration) -> Result<bool, StoreError> {
-        let params = vec![Param::BigInt(ms(duration)), Param::Text(name)];
-        Ok(self.write(|d| d.pause, params).await? == 1)
+    /// Pauses the election for `duration`, creating its row if needed, in one statement
+    /// (on PostgreSQL it also wakes the nodes that LISTEN).
+    pub async fn pause(&mut self, name: &str, duration: Duration) -> Result<(), StoreError> {
+        let params = vec![Param::Text(name), Param::BigInt(ms(duration))];
+        self.write(|d| d.pause, params).await?;
+        Ok(())
     }
 
     pub async fn resume(&mut self, name: &str) -> Result<bool, StoreError> {

@@ -18,11 +18,8 @@ impl ControlStore for SqlStore {
     async fn pause(&mut self, name: &str, duration: Duration) -> Result<(), StoreError> {
         let name = name.to_owned();
         self.run(Opening::Plain, move |c| {
-            Box::pin(async move {
-                c.ensure_row(&name).await?;
-                c.pause(&name, duration).await?;
-                c.wake(&name).await
-            })
+            // One statement, which also wakes the nodes on PostgreSQL.
+            Box::pin(async move { c.pause(&name, duration).await })
         })
         .await
     }

@@ -21,6 +21,16 @@ pub(super) trait Table {
     /// Puts `holder` on the row of `name` in `term`, its lease live, by hand (as an
     /// operator, or a database whose clock ran ahead, might leave it).
     fn set_term(&self, name: &str, holder: &str, term: i64) -> impl Future<Output = ()>;
+    /// Moves every stored time `by` later: the database clock stepped back by as much.
+    fn step_clock_back(&self, by: Duration) -> impl Future<Output = ()>;
+    /// Sets the handover columns of `name` by hand (an operator's UPDATE, a node of
+    /// another version): `to`, and a window that ends `until` from now.
+    fn set_handover(
+        &self,
+        name: &str,
+        to: Option<&str>,
+        until: Option<Duration>,
+    ) -> impl Future<Output = ()>;
 }
 
 /// The term a claim or reacquire that must take the row started.
@@ -59,6 +69,14 @@ impl Table for MemoryStore {
 
     async fn set_term(&self, name: &str, holder: &str, term: i64) {
         self.overwrite(name, holder, term, TTL);
+    }
+
+    async fn step_clock_back(&self, by: Duration) {
+        self.move_times(true, by);
+    }
+
+    async fn set_handover(&self, name: &str, to: Option<&str>, until: Option<Duration>) {
+        MemoryStore::set_handover(self, name, to, until);
     }
 }
 
@@ -736,4 +754,68 @@ pub(super) async fn members_are_recorded_by_the_database_clock(db: impl Table) {
     s.prune_members("members").await.unwrap();
     assert_eq!(s.members("members").await.unwrap().len(), 2, "seen lately");
     assert!(s.members("other").await.unwrap().is_empty());
+}
+
+/// A handover target with no window (left by hand, or by a node of another version) is no
+/// handover: every node may claim, and the leader can be asked to step down, as a read of
+/// the row says (`handover_to` reads as none). SQL's `handover_until <= now` is NULL for it,
+/// which kept every other node from the lease for good.
+pub(super) async fn a_handover_without_a_window_is_none(db: impl Table) {
+    let (mut a, mut b) = (store(&db), store(&db));
+    a.connect().await.unwrap();
+    b.connect().await.unwrap();
+    let name = "windowless";
+    a.ensure_row(name).await.unwrap();
+    let t1 = taken(a.claim(&lease(name, "a", TTL, 0)).await);
+    db.set_handover(name, Some("c"), None).await;
+    let row = b.get(name).await.unwrap().unwrap();
+    assert_eq!(
+        (row.pending.handover_to, row.pending.handover_for),
+        (None, None),
+        "reads as no handover"
+    );
+    let t2 = a.reacquire(&lease(name, "a", TTL, t1)).await.unwrap();
+    assert!(t2 > Some(t1), "its leader starts a new term");
+    let t2 = t2.unwrap();
+    db.set_handover(name, Some("c"), None).await;
+    assert!(
+        b.request_step_down(name, "a", t2, StepDownRequest::Handover { to: "b" })
+            .await
+            .unwrap(),
+        "its leader can be asked to hand over"
+    );
+    assert!(a.release(&lease(name, "a", TTL, t2)).await.unwrap());
+    let t3 = taken(b.claim(&lease(name, "b", TTL, t2)).await);
+    assert!(b.release(&lease(name, "b", TTL, t3)).await.unwrap());
+    db.set_handover(name, Some("c"), None).await;
+    assert!(
+        a.claim(&lease(name, "a", TTL, t3)).await.unwrap().is_some(),
+        "a node other than the target claims the free lease"
+    );
+}
+
+/// `leaderd lock --hold-at-least` after the database clock stepped back past the last
+/// renewal: the lease still lasts at least the time asked (its length from the renewal
+/// is never below zero, which PostgreSQL's and SQLite's tables refused with an error,
+/// and which MySQL stored, so that a read showed the held lease as lapsed).
+pub(super) async fn a_hold_after_the_clock_stepped_back_lasts_its_time(db: impl Table) {
+    let (mut a, mut b) = (store(&db), store(&db));
+    a.connect().await.unwrap();
+    b.connect().await.unwrap();
+    let name = "lock:stepped";
+    a.ensure_row(name).await.unwrap();
+    let t1 = taken(a.claim(&lease(name, "a", TTL, 0)).await);
+    db.step_clock_back(Duration::from_secs(3)).await;
+    let left = Duration::from_secs(1);
+    assert!(a.hold(&lease(name, "a", TTL, t1), left).await.unwrap());
+    let row = b.get(name).await.unwrap().unwrap();
+    assert_eq!(row.live_holder(), Some("a"), "{row:?}");
+    assert!(
+        row.remaining() >= left - Duration::from_millis(100),
+        "{row:?}"
+    );
+    assert!(
+        b.claim(&lease(name, "b", TTL, t1)).await.unwrap().is_none(),
+        "held"
+    );
 }
