@@ -302,14 +302,12 @@ async fn skewed_clocks_do_not_steal_a_live_lease(backend: Backend) {
         ));
     }
     let all: Vec<&Node> = nodes.iter().collect();
-    assert_eq!(
-        wait_agreed(&mut sampler, &all).await,
-        ("honest".to_owned(), 1)
-    );
+    let (leader, term) = wait_agreed(&mut sampler, &all).await;
+    assert_eq!(leader, "honest");
     sampler.watch(&all, Duration::from_secs(4)).await;
     assert_eq!(
         agreed_leader(&sampler.sample(&all)),
-        Some(("honest".to_owned(), 1))
+        Some(("honest".to_owned(), term))
     );
     // The skewed nodes really run skewed: their status files are stamped an hour off.
     let ahead = nodes[1].status().unwrap();
@@ -322,7 +320,7 @@ async fn skewed_clocks_do_not_steal_a_live_lease(backend: Backend) {
             &others,
             SETTLE,
             "a skewed node takes over after the lapse",
-            |s| agreed_leader(s).is_some_and(|(_, t)| t == 2),
+            |s| agreed_leader(s).is_some_and(|(_, t)| t > term),
         )
         .await;
 }
