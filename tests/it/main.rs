@@ -17,6 +17,7 @@ mod galera;
 mod hooks;
 mod in_doubt;
 mod lock;
+mod lost_claim;
 mod manual;
 mod migrations;
 mod mistakes;

@@ -116,9 +116,16 @@ impl PgInstance {
 
     /// A streaming standby of `primary`, made with `pg_basebackup -R`.
     pub fn standby_of(primary: &PgInstance) -> PgInstance {
+        Self::standby_via(primary.port)
+    }
+
+    /// A streaming standby of the primary reached at `port` on 127.0.0.1: its own, or a
+    /// proxy in front of it that the test can stall (asynchronous replication that loses
+    /// what it had not sent).
+    pub fn standby_via(port: u16) -> PgInstance {
         let dir = server_dir("leaderd-pg-standby");
         run(as_server_user(pg_bin("pg_basebackup"))
-            .args(["-h", "127.0.0.1", "-p", &primary.port.to_string()])
+            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
             .args(["-U", "postgres", "-R", "-X", "stream", "--no-sync", "-D"])
             .arg(dir.join("data")));
         let mut instance = PgInstance {
