@@ -34,7 +34,15 @@ if violations=$(grep -rnE --include='*.rs' "$hooks_pattern" src/hooks); then
   echo "$violations" >&2
   failed=1
 fi
+# Operator commands read and write the database; they never reach into the daemon that
+# runs an election (the CLI names it only to start it: `daemon::run`).
+operator_pattern="(crate|leaderd)::(\{[^}]*\b)?daemon\b"
+if violations=$(grep -rnE --include='*.rs' "$operator_pattern" src/operator src/operator.rs src/cli); then
+  echo "layer check failed: operator commands must not use the daemon:" >&2
+  echo "$violations" >&2
+  failed=1
+fi
 python3 scripts/check-layout.py || failed=1
 [ "$failed" = 0 ] || exit 1
 echo "layer check passed: store, election and lock import nothing from the daemon side;"
-echo "  hooks import neither config, status_file nor metrics"
+echo "  hooks import neither config, status_file nor metrics; operators not the daemon"

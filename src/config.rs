@@ -373,6 +373,19 @@ pub fn default_file() -> Option<PathBuf> {
 }
 
 impl Config {
+    /// The store of this configuration's database; `migrate` brings its tables up to
+    /// date on first use. Opening it connects to nothing yet.
+    pub fn store(&self, migrate: bool) -> crate::store::SqlStore {
+        crate::store::SqlStore::new(
+            self.database.url.clone(),
+            crate::store::Timeouts {
+                connect: self.database.connect_timeout,
+                query: self.database.query_timeout,
+            },
+            migrate,
+        )
+    }
+
     /// This configuration for another election (`--election NAME`), checked by the
     /// election's rules.
     pub fn with_election(mut self, name: &str) -> Result<Self, ConfigError> {

@@ -16,7 +16,6 @@ use crate::logging::LogLevel;
 use crate::metrics::Metrics;
 use crate::standing::Health;
 use crate::standing::Standing;
-use crate::store::{SqlStore, Timeouts};
 use crate::{http, kubernetes, members, signals, status_file, systemd};
 
 /// What a stop may take besides `hooks.shutdown_timeout` and the release: the grace
@@ -32,17 +31,6 @@ pub struct ConfigSource {
     pub node_id: Option<String>,
     /// `--database URL`.
     pub database: Option<String>,
-}
-
-pub fn store(config: &Config, migrate: bool) -> SqlStore {
-    SqlStore::new(
-        config.database.url.clone(),
-        Timeouts {
-            connect: config.database.connect_timeout,
-            query: config.database.query_timeout,
-        },
-        migrate,
-    )
 }
 
 pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow::Result<()> {
@@ -92,7 +80,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         config.election.interval,
     )
     .map_err(ConfigError::from)?;
-    let (mut election, statuses) = Election::new(settings, store(&config, config.database.migrate));
+    let (mut election, statuses) = Election::new(settings, config.store(config.database.migrate));
     // A node told to stop never claims again, whatever its link does while its hooks
     // step down.
     let claims = election.claim_gate();
@@ -206,7 +194,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     // On a connection of its own, so it never delays a renewal.
     let member = members::spawn(
         &config,
-        store(&config, false),
+        config.store(false),
         statuses.clone(),
         standing.clone(),
         stopping_seen.clone(),

@@ -5,7 +5,6 @@
 //! node directly.
 
 use crate::config::Config;
-use crate::daemon::store;
 use crate::lock::LOCK_ROW_PREFIX;
 use crate::store::{ControlStore, LeaseStore, SqlStore, StoreError};
 
@@ -130,7 +129,7 @@ fn write_failed(
 }
 
 fn commands_store(config: &Config) -> SqlStore {
-    store(config, false)
+    config.store(false)
 }
 
 /// Refuses an election that has no row and no member (a typo, most often: patronictl
@@ -142,7 +141,7 @@ pub async fn refuse_unknown(config: &Config, new_flag: Option<&str>) -> Result<(
         election: election.to_owned(),
         source,
     };
-    let mut store = store(config, false).read_only();
+    let mut store = config.store(false).read_only();
     if store.get(election).await.map_err(read)?.is_some()
         || !store.members(election).await.map_err(read)?.is_empty()
     {

@@ -16,7 +16,6 @@ use super::exit::{
     EXIT_CANT_CREATE, EXIT_LOCK_HELD, EXIT_LOCK_LOST, EXIT_TIMED_OUT, EXIT_UNAVAILABLE, EXIT_USAGE,
 };
 use crate::config::Config;
-use crate::daemon::store;
 use crate::election::settings::id_with_suffix;
 use crate::hooks::{self, HookContext};
 use crate::lock::{LockError, LockGuard, LockOptions, lock_row};
@@ -145,7 +144,7 @@ async fn lock(config: Config, args: LockArgs) -> anyhow::Result<(u8, Outcome)> {
     };
     let acquired = options
         .acquire_unless(
-            store(&config, config.database.migrate),
+            config.store(config.database.migrate),
             cron.wait(),
             interrupt,
         )

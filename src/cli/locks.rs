@@ -9,7 +9,6 @@ use serde::Serialize;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::daemon::store;
 use crate::lock::LOCK_ROW_PREFIX;
 
 use super::unlock::{HolderProcess, holder_process};
@@ -48,7 +47,7 @@ struct HeldReport {
 }
 
 pub(super) async fn locks(config: Config, args: LocksArgs) -> anyhow::Result<()> {
-    let mut store = store(&config, false).read_only();
+    let mut store = config.store(false).read_only();
     let rows = store
         .held_rows()
         .await

@@ -3,13 +3,13 @@
 use anyhow::Context;
 
 use crate::config::Config;
-use crate::daemon::store;
 use crate::store::DbConnection;
 
 /// Applies the migrations and says how many ran; on a Galera member, also creates the
 /// trigger the fence needs there (docs/fencing.md), which a node's own start never does.
 pub(super) async fn migrate(config: Config) -> anyhow::Result<()> {
-    store(&config, true)
+    config
+        .store(true)
         .connect()
         .await
         .with_context(|| format!("cannot migrate {}", config.database.url))?;

@@ -7,7 +7,6 @@ use std::process::ExitCode;
 
 use super::exit::{EXIT_FOLLOWER, EXIT_STATUS_UNKNOWN};
 use crate::config::Config;
-use crate::daemon::store;
 use crate::election::Role;
 use crate::operator::{self, MemberReport};
 use crate::status_file::StatusDocument;
@@ -34,7 +33,7 @@ struct ElectionReport<'a> {
 
 pub(super) async fn status(config: Config, json: bool) -> anyhow::Result<()> {
     // Reads only, so that a role that may only SELECT can ask.
-    let mut store = store(&config, false).read_only();
+    let mut store = config.store(false).read_only();
     let row = store
         .get(&config.election.name)
         .await

@@ -13,7 +13,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::daemon::store;
 use crate::election::settings::id_with_suffix;
 use crate::lock::lock_row;
 use crate::store::{Lease, LeaseRow, LeaseStore, ProcessToken};
@@ -113,7 +112,7 @@ pub(super) async fn unlock(config: Config, args: UnlockArgs) -> anyhow::Result<E
             }
         },
     };
-    let mut store = store(&config, false);
+    let mut store = config.store(false);
     let row = store
         .get(&row_name)
         .await

@@ -10,7 +10,6 @@ use tokio::time::{Instant, sleep_until};
 use tracing::warn;
 
 use crate::config::Config;
-use crate::daemon::store;
 use crate::election::Role;
 use crate::status_file::StatusDocument;
 use crate::store::{LeaseRow, LeaseStore};
@@ -166,7 +165,7 @@ async fn wait_for_database(
     until: Until,
     give_up: Option<Instant>,
 ) -> anyhow::Result<bool> {
-    let mut store = store(config, false).read_only();
+    let mut store = config.store(false).read_only();
     let mut releases = store.release_notifications(&config.election.name);
     let mut warned = false;
     let mut first: Option<Seen> = None;

@@ -6,7 +6,6 @@ use std::time::{Duration, SystemTime};
 
 use super::OperatorError;
 use crate::config::Config;
-use crate::daemon::store;
 use crate::store::LeaseStore;
 
 /// One line of `leaderd watch`.
@@ -29,7 +28,7 @@ pub async fn watch(
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<ExitCode, OperatorError> {
     let election = config.election.name.clone();
-    let mut store = store(config, false).read_only();
+    let mut store = config.store(false).read_only();
     let mut notifications = store.release_notifications(&election);
     tokio::pin!(stop);
     let mut last: Option<(Option<String>, Option<i64>, bool)> = None;
