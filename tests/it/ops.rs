@@ -20,6 +20,7 @@ mod journal;
 mod kubernetes;
 mod metrics;
 mod package;
+mod quick_start;
 
 /// Collects notify messages from a socket given to leaderd as NOTIFY_SOCKET.
 struct NotifySocket {
