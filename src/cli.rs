@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::daemon::{self, ConfigSource};
 use crate::duration;
 use crate::hooks;
-use crate::logging::{self, LogFormat};
+use crate::logging::{LogFormat, LogLevel};
 use crate::operator;
 use crate::signals;
 
@@ -22,6 +22,7 @@ mod locks;
 mod man;
 mod migrate;
 mod needs;
+mod start;
 mod status;
 mod unlock;
 mod wait;
@@ -287,180 +288,26 @@ fn visible_command() -> clap::Command {
 /// Parses the command line, runs the command and maps its outcome to an exit status.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::HookGuard {
-        daemon_pid,
-        fence_until,
-        fence_fd,
-        await_command,
-        cgroup_parent,
-        argv,
-    } = &cli.command
-    {
-        let start = match await_command {
-            true => hooks::guard::Start::Await,
-            false => hooks::guard::Start::Now {
-                argv: argv.clone(),
-                fence: fence_until.map(|until| hooks::guard::Fence {
-                    until,
-                    fd: *fence_fd,
-                }),
-            },
-        };
-        return hooks::guard::run(*daemon_pid, start, cgroup_parent.clone());
+    if let Some(code) = start::without_configuration(&cli) {
+        return code;
     }
-    // The Debian package's completions and man page (scripts/package.sh): no configuration.
-    let generated = match &cli.command {
-        Command::Completions { shell } => {
-            let mut text = Vec::new();
-            clap_complete::generate(*shell, &mut visible_command(), "leaderd", &mut text);
-            Some(Ok(text))
-        }
-        Command::Man => Some(man::render(visible_command())),
-        _ => None,
-    };
-    let configured = cli.config.is_some() || cli.log_format.is_some() || cli.database.is_some();
-    if generated.is_some() && configured {
-        eprintln!(
-            "leaderd: --config, --database and --log-format mean nothing to `man` and \
-             `completions`, which print the same text whatever the configuration"
-        );
-        return ExitCode::from(EXIT_USAGE);
-    }
-    if let Some(text) = generated {
-        use std::io::Write;
-        return match text.and_then(|text| std::io::stdout().write_all(&text)) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                eprintln!("leaderd: cannot write to stdout: {error}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    let id = match &cli.command {
-        Command::Run { id } => id.as_deref(),
-        _ => None,
-    };
-    // --config, else the default file if it exists, else none (defaults and variables).
-    let file = cli.config.clone().or_else(crate::config::default_file);
-    let loaded = Config::load(file.as_deref(), id)
-        .and_then(|config| match cli.command.election() {
-            Some(name) => config.with_election(name),
-            None => Ok(config),
-        })
-        .and_then(|config| match &cli.database {
-            Some(url) => config.with_database(url),
-            None => Ok(config),
-        });
-    let (usage, name) = cli.command.database_use();
-    let config = loaded
-        .map_err(|error| error.to_string())
-        .and_then(|mut config| needs::database(&mut config, usage, name).map(|()| config));
-    let config = match config {
-        Ok(config) => config,
+    let (config, file) = match start::load(&cli) {
+        Ok(loaded) => loaded,
         Err(error) => return fatal::before_logging(cli.log_format, &error, EXIT_CONFIG),
-    };
-    let level = match &cli.command {
-        Command::Lock { args } => args.log_level().unwrap_or(&config.log.level),
-        Command::Run { .. } => &config.log.level,
-        _ => one_shot_level(&config.log.level),
     };
     // `writer` flushes the log at the end of main, before the last words on stderr.
     let format = cli.log_format.unwrap_or(config.log.format);
-    let (log, writer) = logging::init(format, level);
-    for fallback in &config.env_fallbacks {
-        match fallback.from_hook {
-            true => tracing::debug!(variable = fallback.variable, "{fallback}"),
-            false => tracing::warn!(variable = fallback.variable, "{fallback}"),
-        }
-    }
-    for warning in &config.warnings {
-        tracing::warn!("{warning}");
-    }
-    if !config.unknown_variables.is_empty() {
-        tracing::warn!(
-            "ignoring environment variables {}: leaderd reads LEADERD_<SECTION>__<KEY> \
-             (two underscores) and sets the hook variables, and these are neither",
-            config.unknown_variables.join(", ")
-        );
-    }
-    if let Command::CheckConfig | Command::Run { .. } = cli.command {
-        // What the configuration points at: the status file's directory, the hooks.
-        if let Err(error) = config.preflight() {
-            let status = error.exit_code();
-            return fatal::after_logging(format, writer, &error.to_string(), status);
-        }
+    let (log, writer) = start::logging(&cli, &config, format);
+    if let Err(error) = start::preflight(&cli.command, &config) {
+        return fatal::after_logging(format, writer, &error.to_string(), error.exit_code());
     }
     if let Command::CheckConfig = cli.command {
-        match &file {
-            Some(file) => println!("# read {}", file.display()),
-            None => println!(
-                "# no configuration file (no --config, and {} does not exist)",
-                crate::config::default_path().display()
-            ),
-        }
-        if config.database.source == crate::config::UrlSource::Default {
-            println!(
-                "# no database named: `leaderd run` uses the embedded default below, and \
-                 the other commands refuse to run without one"
-            );
-        }
-        print!("{}", config.to_toml_redacted());
+        start::print_config(&config, file.as_deref());
         writer.finish();
         return ExitCode::SUCCESS;
     }
-    // The SQLite driver and the migration harness block in place: multi-threaded runtime.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime starts");
     let database = config.database.url.redacted();
-    let result = runtime.block_on(async {
-        writer.spawn_reporter();
-        let done = |result: anyhow::Result<()>| result.map(|()| ExitCode::SUCCESS);
-        if let Some((true, new_flag)) = cli.command.known_election() {
-            operator::refuse_unknown(&config, new_flag).await?;
-        }
-        match cli.command {
-            Command::Run { id } => {
-                let source = ConfigSource {
-                    file: file.clone(),
-                    node_id: id,
-                    database: cli.database,
-                };
-                done(daemon::run(config, source, log).await)
-            }
-            Command::Status {
-                json, local: true, ..
-            } => Ok(status::local_status(&config, json)),
-            Command::Status { json, .. } => done(status::status(config, json).await),
-            Command::Migrate => done(migrate::migrate(config).await),
-            Command::Resign { step_down, .. } => {
-                let term = step_down.term;
-                Ok(operator::step_down(&config, step_down.command(None), term).await?)
-            }
-            Command::Handover { to, step_down, .. } => {
-                let term = step_down.term;
-                Ok(operator::step_down(&config, step_down.command(Some(to)), term).await?)
-            }
-            Command::Pause { duration, .. } => Ok(operator::pause(&config, duration).await?),
-            Command::Resume { .. } => Ok(operator::resume(&config).await?),
-            Command::Watch { once, .. } => {
-                let stop = signals::shutdown_signal().context("cannot install signal handlers")?;
-                Ok(operator::watch(&config, once, stop).await?)
-            }
-            Command::Lock { args } => lock::run(config, args).await.map(ExitCode::from),
-            Command::Wait { args, .. } => wait::wait(config, args).await,
-            Command::Locks { args } => done(locks::locks(config, args).await),
-            Command::Unlock { args } => unlock::unlock(config, args).await,
-            Command::CheckConfig
-            | Command::HookGuard { .. }
-            | Command::Completions { .. }
-            | Command::Man => unreachable!("handled above"),
-        }
-    });
-    // Database work still finishing in the background must not hold up the exit.
-    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
-    match result {
+    match start::on_runtime(&writer, dispatch(cli, config, file, log)) {
         Ok(code) => {
             writer.finish();
             code
@@ -472,13 +319,52 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// The log level of a command that answers and exits (all but `run` and `lock`): the
-/// daemon's INFO lines (which wake-ups it uses, say) mean nothing to whoever reads its
-/// answer, so `info`, the default, becomes `warn`; a level asked for on purpose (`debug`,
-/// a directive) stays.
-fn one_shot_level(configured: &str) -> &str {
-    match configured.trim().eq_ignore_ascii_case("info") {
-        true => "warn",
-        false => configured,
+/// Runs the command that needs the database (all but the ones `main` answers itself).
+async fn dispatch(
+    cli: Cli,
+    config: Config,
+    file: Option<PathBuf>,
+    log: LogLevel,
+) -> anyhow::Result<ExitCode> {
+    let done = |result: anyhow::Result<()>| result.map(|()| ExitCode::SUCCESS);
+    if let Some((true, new_flag)) = cli.command.known_election() {
+        operator::refuse_unknown(&config, new_flag).await?;
+    }
+    match cli.command {
+        Command::Run { id } => {
+            let source = ConfigSource {
+                file,
+                node_id: id,
+                database: cli.database,
+            };
+            done(daemon::run(config, source, log).await)
+        }
+        Command::Status {
+            json, local: true, ..
+        } => Ok(status::local_status(&config, json)),
+        Command::Status { json, .. } => done(status::status(config, json).await),
+        Command::Migrate => done(migrate::migrate(config).await),
+        Command::Resign { step_down, .. } => {
+            let term = step_down.term;
+            Ok(operator::step_down(&config, step_down.command(None), term).await?)
+        }
+        Command::Handover { to, step_down, .. } => {
+            let term = step_down.term;
+            Ok(operator::step_down(&config, step_down.command(Some(to)), term).await?)
+        }
+        Command::Pause { duration, .. } => Ok(operator::pause(&config, duration).await?),
+        Command::Resume { .. } => Ok(operator::resume(&config).await?),
+        Command::Watch { once, .. } => {
+            let stop = signals::shutdown_signal().context("cannot install signal handlers")?;
+            Ok(operator::watch(&config, once, stop).await?)
+        }
+        Command::Lock { args } => lock::run(config, args).await.map(ExitCode::from),
+        Command::Wait { args, .. } => wait::wait(config, args).await,
+        Command::Locks { args } => done(locks::locks(config, args).await),
+        Command::Unlock { args } => unlock::unlock(config, args).await,
+        Command::CheckConfig
+        | Command::HookGuard { .. }
+        | Command::Completions { .. }
+        | Command::Man => unreachable!("answered before the configuration is used"),
     }
 }

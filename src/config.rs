@@ -11,6 +11,8 @@ mod secrets;
 mod timing;
 mod value;
 
+pub use preflight::PreflightError;
+
 pub use crate::env_names::DEFAULT_CONFIG_VARIABLE;
 
 use crate::election::settings::{Setting, SettingsError};
