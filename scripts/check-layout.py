@@ -11,6 +11,10 @@
    named tests.rs do not count, and in other files the lines from the first inline
    `#[cfg(test)] mod … {` on do not count.
 3. README.md under 12 KB (12,000 bytes).
+4. ARCHITECTURE.md names every source file of src/ (tests apart), and no row of its
+   tables is over 200 characters. A backticked `src/…` path names a file, or a folder
+   (`src/x/`, which names its mod.rs); a backticked name without a folder in the same
+   line is in the folder of the `src/` path before it in that line.
 
 Prints every offender and exits 1 if any rule is broken.
 """
@@ -21,6 +25,7 @@ import sys
 
 MAX_LINES = 500
 MAX_README_BYTES = 12_000
+MAX_ROW_CHARS = 200
 
 TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|::|[{}();,*=<>#\[\]!]|\S")
 ITEM = re.compile(
@@ -323,6 +328,36 @@ def counted_lines(file):
     return len(lines)
 
 
+def architecture_names(doc):
+    """The files and folders ARCHITECTURE.md names (rule 4), and its rows that are too long."""
+    names, long_rows = set(), []
+    for number, line in enumerate(doc.splitlines(), 1):
+        if line.startswith("|") and len(line) > MAX_ROW_CHARS:
+            long_rows.append((number, len(line)))
+        base = None
+        for token in re.findall(r"`([^`]+)`", line):
+            if token.startswith("src/"):
+                names.add(token.rstrip("/"))
+                base = token.rstrip("/") if token.endswith("/") else os.path.dirname(token)
+            elif base and (token.endswith(".rs") or token.endswith("/")):
+                names.add(os.path.join(base, token.rstrip("/")))
+    return names, long_rows
+
+
+def unnamed_files(names):
+    """The source files of src/ that ARCHITECTURE.md does not name (tests apart)."""
+    missing = []
+    for root, _, files in os.walk("src"):
+        for name in files:
+            file = os.path.join(root, name)
+            if not name.endswith(".rs") or name == "tests.rs" or "tests" in file.split(os.sep)[:-1]:
+                continue
+            if file in names or (name == "mod.rs" and root in names):
+                continue
+            missing.append(file)
+    return sorted(missing)
+
+
 def main():
     os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     failed = False
@@ -359,10 +394,26 @@ def main():
         print(f"layout check failed: README.md is {size} bytes, the limit is {MAX_README_BYTES}; "
               "move manual sections into docs/", file=sys.stderr)
 
+    with open("ARCHITECTURE.md", encoding="utf-8") as doc:
+        names, long_rows = architecture_names(doc.read())
+    missing = unnamed_files(names)
+    if missing:
+        failed = True
+        print("layout check failed: ARCHITECTURE.md names no row for these files of src/:",
+              file=sys.stderr)
+        for file in missing:
+            print(f"  {file}", file=sys.stderr)
+    if long_rows:
+        failed = True
+        print(f"layout check failed: ARCHITECTURE.md rows over {MAX_ROW_CHARS} characters:",
+              file=sys.stderr)
+        for number, length in long_rows:
+            print(f"  line {number}: {length} characters", file=sys.stderr)
+
     if failed:
         sys.exit(1)
     print(f"layout check passed: no import cycle among {len(graph)} files in src/, none over "
-          f"{MAX_LINES} lines, README.md {size} bytes")
+          f"{MAX_LINES} lines, README.md {size} bytes, ARCHITECTURE.md names every file")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::{Cli, Command, EXIT_USAGE, man, needs, visible_command};
+use super::args::{Cli, Command, visible_command};
+use super::exit::EXIT_USAGE;
+use super::{man, needs};
 use crate::config::{Config, PreflightError};
 use crate::hooks;
 use crate::logging::{self, LogFormat, LogLevel, LogWriter};

@@ -9,8 +9,9 @@
 //! - `lease_store.rs`: the traits, [`LeaseStore`] and [`ControlStore`].
 //! - `sql_store.rs`: [`SqlStore`], over one [`DbConnection`] (`sql/`), whose statements
 //!   `dialect/` holds; `shared.rs`: many elections over a few connections.
-//! - `url.rs`, `tls.rs`: the [`DatabaseUrl`] and the TLS it asks for; `pooler.rs`,
-//!   `notify.rs`, `wakeup.rs`: transaction poolers, and waking waiting nodes.
+//! - `url.rs`, `tls/`: the [`DatabaseUrl`] and the TLS it asks for; `pooler.rs`,
+//!   `notify.rs`, `wakeup/`: transaction poolers, and waking waiting nodes;
+//!   `backend.rs`, `error_text.rs`: which database, and its errors' text.
 //! - `fence.rs`: [`Fence`], the statement leader work runs last in its own transaction so
 //!   that nothing of it commits once a new term has begun.
 //! - `memory/`: the same tables in memory, for tests (`table.rs`: statement by statement).
