@@ -117,7 +117,7 @@ fn table() {
         let (p99, missing) = failover_quantile(&m, 0.99);
         let (max, _) = failover_quantile(&m, 1.0);
         rows.push_str(&format!(
-            "| {} / {} | {} ({:.1}) | {:.0} | {} | {:.2} | {:.2} | {} | {:.0} | {:.0} | {:.0} | {} |\n",
+            "| {} / {} | {} ({:.1}) | {:.1} | {} | {:.2} | {:.2} | {} | {:.0} | {:.0} | {:.0} | {} |\n",
             ms(cell.ttl),
             ms(cell.interval),
             ms(cell.p99),
