@@ -3,8 +3,8 @@
 # "Choosing ttl and interval". Run by scripts/bench.sh (a full run, or `--only ttl`).
 #
 # * The simulator's table (`cargo test --lib sim::ttl_table::tests::table -- --ignored`):
-#   virtual time, deterministic, independent of the machine's load; about 10 minutes of
-#   CPU on 2 cores in the debug build. LEADERD_TTL_HOURS scales its quiet runs.
+#   virtual time, deterministic, independent of the machine's load; 4 to 9 minutes on 2
+#   shared cores in the debug build. LEADERD_TTL_HOURS scales its quiet runs.
 # * The spot check on real processes (`cargo test --test it ttl_spot -- --ignored`):
 #   wall-clock, a few minutes per cell; LEADERD_TTL_SPOT picks the cells,
 #   LEADERD_TTL_SPOT_MINUTES and LEADERD_TTL_SPOT_KILLS their lengths.
@@ -61,7 +61,12 @@ the max, so a setting either holds at a p99 or churns.
   node starts again at once, as systemd would.
 TEXT
   echo
-  echo "Measured on $date, in $(( $(date +%s) - started )) s."
+  if [ -n "${LEADERD_TTL_SIM_FROM:-}${LEADERD_TTL_SPOT_FROM:-}" ]; then
+    echo "Written on $date, partly from earlier runs' output (the simulator's says how long"
+    echo "it took; the real processes' cells each take their quiet minutes and kills)."
+  else
+    echo "Measured on $date, in $(( $(date +%s) - started )) s."
+  fi
   echo
   echo "### In the simulator (virtual time)"
   echo

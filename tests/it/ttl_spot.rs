@@ -187,7 +187,7 @@ async fn measure(cell: &Cell, quiet: Duration, kills: usize) -> String {
         new_terms,
         new_terms as f64 * 3600.0 / quiet.as_secs_f64(),
         moves,
-        failovers.len(),
+        failovers.len() + missed,
         at(0.5),
         at(0.99),
         missed,
