@@ -45,6 +45,23 @@ fn smoke() {
     assert!((48.0..52.0).contains(&drawn), "drawn p99 {drawn} ms");
 }
 
+/// A 50 ms interval, the configuration's floor, sends twenty renewals a second: property
+/// 5 allows it (four statements per interval), and 120 ms / 50 ms holds a 50 ms p99.
+#[test]
+fn shortest_interval() {
+    let cell = Cell {
+        ttl: MS(120),
+        interval: MS(50),
+        p99: MS(50),
+    };
+    let measured = measure(cell, Duration::from_secs(60), 20, 11);
+    assert_eq!(measured.violation, None);
+    assert_eq!(measured.new_terms, 0, "{measured:?}");
+    let (worst, missing) = failover_quantile(&measured, 1.0);
+    assert_eq!(missing, 0, "{measured:?}");
+    assert!(worst <= 400.0, "{measured:?}");
+}
+
 /// The whole table. `LEADERD_TTL_HOURS` scales the quiet runs (1 = the published
 /// lengths), `LEADERD_TTL_KILLS` sets the kills per cell; `LEADERD_TTL_TABLE=PATH` writes
 /// the markdown there.
