@@ -730,6 +730,15 @@ fn main() {
         env!("CARGO_PKG_VERSION"),
     );
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/BENCHMARKS.md");
-    std::fs::write(path, &text).unwrap();
+    // The ttl table (scripts/bench-ttl.sh, run after this) is the page's last section:
+    // kept as it was until that script rewrites it.
+    let ttl_section = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|old| {
+            let at = old.find("\n## Choosing ttl and interval")?;
+            Some(old[at..].to_owned())
+        })
+        .unwrap_or_default();
+    std::fs::write(path, format!("{text}{ttl_section}")).unwrap();
     println!("{text}");
 }

@@ -3,6 +3,8 @@
 # scripts/test.sh), and etcd is installed for the reference measurement.
 # Extra arguments go to the benchmark (e.g. `scripts/bench.sh --runs 10`);
 # `scripts/bench.sh --only idle` measures idle nodes alone and rewrites only that table.
+# `scripts/bench.sh --only ttl` measures the ttl table alone (scripts/bench-ttl.sh) and
+# rewrites only its section, the last of the page; a full run measures it too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,4 +22,10 @@ fi
 # The Debian package starts a system etcd on the default ports; the benchmark runs its own
 # on free ports and leaves that one alone.
 
-exec cargo bench --bench failover -- "$@"
+if [ "${1:-}" = "--only" ] && [ "${2:-}" = "ttl" ]; then
+  exec scripts/bench-ttl.sh
+fi
+cargo bench --bench failover -- "$@"
+if [ "${1:-}" != "--only" ]; then
+  scripts/bench-ttl.sh
+fi

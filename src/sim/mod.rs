@@ -25,6 +25,7 @@ mod operator_checks;
 mod operators;
 mod schedule;
 mod trace;
+mod ttl_table;
 mod world;
 
 #[cfg(test)]

@@ -28,5 +28,6 @@ mod primary;
 mod steer;
 mod store;
 mod timezone;
+mod ttl_spot;
 mod upgrade;
 mod wakeup;

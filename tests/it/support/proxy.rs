@@ -16,6 +16,10 @@ pub enum Mode {
     Drop,
     /// Forward everything, each chunk this much later (added network latency).
     Delay(std::time::Duration),
+    /// Forward everything, each round trip later by the simulator's `SlowStatements`
+    /// draw: three parts, each uniform up to a third of this (two on the way there, one
+    /// on the way back).
+    Jitter(std::time::Duration),
 }
 
 pub struct Proxy {
@@ -58,7 +62,7 @@ impl Drop for Proxy {
 async fn may_pass(mode: &mut watch::Receiver<Mode>) -> bool {
     loop {
         match *mode.borrow_and_update() {
-            Mode::Pass | Mode::Delay(_) => return true,
+            Mode::Pass | Mode::Delay(_) | Mode::Jitter(_) => return true,
             Mode::Drop => return false,
             Mode::Stall => {}
         }
@@ -79,13 +83,25 @@ async fn connection(client: TcpStream, upstream: SocketAddr, mut mode: watch::Re
     let (server_read, server_write) = server.into_split();
     let mut dropped = mode.clone();
     tokio::select! {
-        _ = pump(client_read, server_write, mode.clone()) => {}
-        _ = pump(server_read, client_write, mode) => {}
+        _ = pump(client_read, server_write, mode.clone(), 2) => {}
+        _ = pump(server_read, client_write, mode, 1) => {}
         _ = dropped.wait_for(|m| *m == Mode::Drop) => {}
     }
 }
 
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut mode: watch::Receiver<Mode>) {
+/// The delay of one chunk in [`Mode::Jitter`]: `parts` thirds of `max`, each uniform.
+fn jitter(max: std::time::Duration, parts: u32) -> std::time::Duration {
+    (0..parts)
+        .map(|_| max.mul_f64(rand::random_range(0.0..1.0) / 3.0))
+        .sum()
+}
+
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    mut mode: watch::Receiver<Mode>,
+    parts: u32,
+) {
     let mut buffer = vec![0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buffer).await {
@@ -96,8 +112,10 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut mode: watch::
             return;
         }
         let current = *mode.borrow();
-        if let Mode::Delay(delay) = current {
-            tokio::time::sleep(delay).await;
+        match current {
+            Mode::Delay(delay) => tokio::time::sleep(delay).await,
+            Mode::Jitter(max) => tokio::time::sleep(jitter(max, parts)).await,
+            _ => {}
         }
         if to.write_all(&buffer[..n]).await.is_err() {
             return;
