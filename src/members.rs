@@ -171,16 +171,22 @@ pub(crate) async fn run<S: ControlStore>(
 }
 
 /// Resolves when `status` names a leader other than `judged` (the one last judged for
-/// preemption) and `me`; moments without a leader do not count, so a flapping election
-/// costs no records. An error once the election has ended.
+/// preemption) and `me`, or when a pause ends (preemption waits while one lasts);
+/// moments without a leader do not count, so a flapping election costs no records. An
+/// error once the election has ended.
 async fn new_leader(
     status: &mut watch::Receiver<Status>,
     judged: Option<&str>,
     me: &str,
 ) -> Result<(), watch::error::RecvError> {
+    let mut paused = status.borrow().paused;
     loop {
         status.changed().await?;
         let now = status.borrow_and_update();
+        if paused && !now.paused {
+            return Ok(());
+        }
+        paused = now.paused;
         if let Some(leader) = now.leader.as_deref() {
             if Some(leader) != judged && leader != me {
                 return Ok(());
