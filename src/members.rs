@@ -27,7 +27,8 @@ use crate::election::Status;
 use crate::standing::Health;
 use crate::standing::Standing;
 use crate::store::{
-    ControlStore, MEMBER_PERIOD, Member, MemberRecord, MemberStanding, SqlStore, StepDownRequest,
+    ControlStore, MEMBER_PERIOD, Member, MemberRecord, MemberStanding, RecordOrder, SqlStore,
+    StepDownRequest,
 };
 
 /// After a failed record, the next try comes this soon (a first start may wait for the
@@ -37,7 +38,10 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// one before it asks itself.
 pub const DEFER_TO_BETTER: Duration = Duration::from_secs(20);
 /// Prune gone members every this many records.
-const PRUNE_EVERY: u32 = 6;
+const PRUNE_EVERY: u32 = 30;
+/// How often a candidate reads the members to judge preemption, when nothing wakes it
+/// sooner (a new leader, or a time it may qualify at): every few records, not each one.
+pub const PREEMPT_PERIOD: Duration = Duration::from_secs(10);
 
 /// What a node of this standing records itself as: a candidate only while it would take
 /// the lease (not an observer, its health check, if it has one, passes, and no failing
@@ -72,6 +76,10 @@ pub fn spawn(
         host: hostname::get()
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_default(),
+        order: RecordOrder {
+            process: rand::random(),
+            count: 0,
+        },
     };
     let preempt_after = config.election.preempt_after;
     tokio::spawn(run(
@@ -97,8 +105,9 @@ pub(crate) async fn run<S: ControlStore>(
 ) {
     let mut fresh = true;
     let mut records = 0u32;
-    // The leader last judged for preemption.
+    // The leader last judged for preemption, and when to judge again.
     let mut judged: Option<String> = None;
+    let mut preempt_at = tokio::time::Instant::now();
     loop {
         let stops = *stopping.borrow_and_update();
         let now = member_standing(&standing.borrow_and_update(), stops);
@@ -108,6 +117,7 @@ pub(crate) async fn run<S: ControlStore>(
             fresh = true;
         }
         record.standing = now;
+        record.order.count += 1;
         let next = match store.record_member(&record, fresh).await {
             Ok(()) if stops => return,
             Ok(()) => {
@@ -119,11 +129,16 @@ pub(crate) async fn run<S: ControlStore>(
                     }
                 }
                 let preempting = !preempt_after.is_zero() && record.candidate();
-                let again = match preempting {
-                    true => preempt(&mut store, &record, &status, preempt_after).await,
-                    false => None,
-                };
-                again.map_or(MEMBER_PERIOD, |after| after.min(MEMBER_PERIOD))
+                if preempting && tokio::time::Instant::now() >= preempt_at {
+                    let again = preempt(&mut store, &record, &status, preempt_after).await;
+                    let after = again.map_or(PREEMPT_PERIOD, |after| after.min(PREEMPT_PERIOD));
+                    preempt_at = tokio::time::Instant::now() + after;
+                }
+                match preempting {
+                    true => MEMBER_PERIOD
+                        .min(preempt_at.saturating_duration_since(tokio::time::Instant::now())),
+                    false => MEMBER_PERIOD,
+                }
             }
             Err(error) => {
                 debug!(%error, "could not record this node in leaderd_member");
@@ -143,7 +158,9 @@ pub(crate) async fn run<S: ControlStore>(
             biased;
             Ok(()) = stopping.changed() => {}
             Ok(()) = standing.changed() => {}
-            Ok(()) = new_leader(&mut status, judged.as_deref(), &record.node_id), if preempting => {}
+            Ok(()) = new_leader(&mut status, judged.as_deref(), &record.node_id), if preempting => {
+                preempt_at = tokio::time::Instant::now();
+            }
             _ = tokio::time::sleep(next) => {}
         }
         if status.has_changed().is_err() && !*stopping.borrow() {
@@ -154,16 +171,22 @@ pub(crate) async fn run<S: ControlStore>(
 }
 
 /// Resolves when `status` names a leader other than `judged` (the one last judged for
-/// preemption) and `me`; moments without a leader do not count, so a flapping election
-/// costs no records. An error once the election has ended.
+/// preemption) and `me`, or when a pause ends (preemption waits while one lasts);
+/// moments without a leader do not count, so a flapping election costs no records. An
+/// error once the election has ended.
 async fn new_leader(
     status: &mut watch::Receiver<Status>,
     judged: Option<&str>,
     me: &str,
 ) -> Result<(), watch::error::RecvError> {
+    let mut paused = status.borrow().paused;
     loop {
         status.changed().await?;
         let now = status.borrow_and_update();
+        if paused && !now.paused {
+            return Ok(());
+        }
+        paused = now.paused;
         if let Some(leader) = now.leader.as_deref() {
             if Some(leader) != judged && leader != me {
                 return Ok(());

@@ -96,6 +96,20 @@ impl StatusDocument {
     }
 }
 
+impl StatusDocument {
+    /// Whether a reader whose wall clock says `now` may take the file at its word:
+    /// `valid_until` is still ahead (a frozen or dead daemon's file goes stale). What
+    /// `status --local` and `wait` read, and what the simulator's readers judge.
+    pub fn valid_at(&self, now: SystemTime) -> bool {
+        humantime::parse_rfc3339(&self.valid_until).is_ok_and(|until| until > now)
+    }
+
+    /// The role a reader whose wall clock says `now` takes from the file: none once stale.
+    pub fn role_at(&self, now: SystemTime) -> Option<Role> {
+        self.valid_at(now).then_some(self.role)
+    }
+}
+
 /// Replaces `path` with `contents` so that readers see either the old or the new file.
 pub fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), StatusFileError> {
     let error = |source| StatusFileError::Write {

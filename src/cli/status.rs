@@ -158,8 +158,7 @@ pub(super) fn local_status(config: &Config, json: bool) -> ExitCode {
             return ExitCode::from(EXIT_STATUS_UNKNOWN);
         }
     };
-    let valid_until = humantime::parse_rfc3339(&document.valid_until).ok();
-    let fresh = valid_until.is_some_and(|until| until > std::time::SystemTime::now());
+    let fresh = document.valid_at(std::time::SystemTime::now());
     let role = document.role;
     if json {
         print!("{text}");

@@ -80,8 +80,7 @@ pub(super) async fn wait(config: Config, args: WaitArgs) -> anyhow::Result<ExitC
 fn role_in_file(config: &Config) -> Option<Role> {
     let text = std::fs::read_to_string(&config.status.path).ok()?;
     let document: StatusDocument = serde_json::from_str(&text).ok()?;
-    let valid_until = humantime::parse_rfc3339(&document.valid_until).ok()?;
-    (valid_until > SystemTime::now()).then_some(document.role)
+    document.role_at(SystemTime::now())
 }
 
 impl Until {

@@ -13,6 +13,10 @@ use tokio::time::Instant;
 /// that tests can suspend the host.
 pub type BootClock = Arc<dyn Fn() -> Duration + Send + Sync>;
 
+/// The wall clock the status's `since`, `updated_at` and `valid_until` are read from:
+/// the system's, or a stand-in in tests (the simulator steps it).
+pub type WallClock = Arc<dyn Fn() -> std::time::SystemTime + Send + Sync>;
+
 /// CLOCK_BOOTTIME now, as time since boot.
 pub fn boottime() -> Duration {
     let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)

@@ -29,6 +29,8 @@ pub struct Election<S> {
     outlets: Outlets,
     /// CLOCK_BOOTTIME, or a stand-in in tests.
     boot: BootClock,
+    /// The system's wall clock, or a stand-in in tests.
+    wall: super::clock::WallClock,
     /// Requests to give up leadership (see [`Election::resign_handle`]), in a given term
     /// or any.
     resign: Option<mpsc::Receiver<Option<i64>>>,
@@ -207,6 +209,7 @@ impl<S: LeaseStore> Election<S> {
                 machine,
                 outlets,
                 boot: Arc::new(boottime_by_tokio),
+                wall: Arc::new(SystemTime::now),
                 resign: None,
                 renew: None,
                 claims: ClaimGate::default(),
@@ -293,6 +296,12 @@ impl<S: LeaseStore> Election<S> {
         self.boot = boot;
     }
 
+    /// Replaces the wall clock (the simulator steps it).
+    #[cfg(test)]
+    pub(crate) fn set_wall_clock(&mut self, wall: super::clock::WallClock) {
+        self.wall = wall;
+    }
+
     /// The errors of failed rounds from now on, in order, each sent before the status that
     /// reports it (whose [`Status::error`] holds only its text).
     pub fn round_errors(&mut self) -> mpsc::UnboundedReceiver<StoreError> {
@@ -319,6 +328,7 @@ impl<S: LeaseStore> Election<S> {
             mut machine,
             mut outlets,
             boot,
+            wall,
             mut resign,
             mut renew,
             claims,
@@ -333,7 +343,7 @@ impl<S: LeaseStore> Election<S> {
         };
         let moment = || Moment {
             at: Instants::now(&boot),
-            wall: SystemTime::now(),
+            wall: wall(),
             claims_open: !claims.is_closed() && !extra_claims.iter().any(CandidacyGate::is_closed),
         };
         // Far enough never to fire: the timers of disabled branches.

@@ -14,7 +14,10 @@
 //! - `db`: connections onto it, with per-statement faults.
 //! - `node`: one `leaderd run` process and the models of what it runs beside the election.
 //! - `world`: what the simulation knows, and the properties.
+//! - `wall`: the nodes' wall clocks and their steps.
+//! - `readers`: the status file as its readers see it (property 14).
 //! - `trace`: the record of a run.
+//! - `seeds`: each CI run's fresh seeds, beside the fixed ones.
 
 mod database;
 mod db;
@@ -23,9 +26,13 @@ mod models;
 mod node;
 mod operator_checks;
 mod operators;
+mod readers;
 mod schedule;
+#[cfg(test)]
+mod seeds;
 mod trace;
 mod ttl_table;
+mod wall;
 mod world;
 
 #[cfg(test)]

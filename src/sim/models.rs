@@ -145,12 +145,12 @@ pub(super) async fn hook_model(
 pub(super) async fn status_file_model(
     world: Arc<World>,
     index: usize,
-    mut status: watch::Receiver<Status>,
+    mut status: watch::Receiver<(Status, tokio::time::Instant)>,
     durable: watch::Sender<u64>,
     faults: Arc<Mutex<FileFaults>>,
 ) {
     loop {
-        let written = status.borrow_and_update().clone();
+        let (written, published) = status.borrow_and_update().clone();
         let version = written.version;
         loop {
             let FileFaults { delay, fail } = *faults.lock().unwrap();
@@ -160,7 +160,11 @@ pub(super) async fn status_file_model(
             }
             sleep(FILE_RETRY).await;
         }
-        world.state.lock().unwrap().processes[index].file = Some(written);
+        {
+            let mut state = world.state.lock().unwrap();
+            state.processes[index].file = Some(written);
+            state.processes[index].file_read = world.as_read(&state.processes[index], published);
+        }
         world.check();
         durable.send_replace(version);
         if status.changed().await.is_err() && !status.has_changed().unwrap_or(false) {

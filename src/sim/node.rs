@@ -84,6 +84,8 @@ impl Process {
                 + (Instant::now() - start)
                 + Duration::from_nanos(boot_slept.load(Ordering::SeqCst))
         }));
+        let clock = Arc::clone(world);
+        election.set_wall_clock(Arc::new(move || clock.wall(node, Instant::now())));
         world.state.lock().unwrap().processes.push(ProcessView {
             label: label.clone(),
             node,
@@ -91,8 +93,10 @@ impl Process {
             alive: true,
             stop_began: None,
             sent: VecDeque::new(),
+            sent_members: VecDeque::new(),
             last_term: None,
             file: None,
+            file_read: None,
         });
         world.trace(&label, format!("starts (priority {priority})"));
 
@@ -126,7 +130,9 @@ impl Process {
         // Every task that waits for a new status hears of it from the world's eyes below,
         // in a fixed order: receivers of one watch wake in a random order (tokio spreads
         // them over notifiers at random), which would make a seed's runs differ.
-        let (file_status, file_status_seen) = watch::channel(status.borrow().clone());
+        // The file's statuses come with the instant each was published (`readers.rs`).
+        let (file_status, file_status_seen) =
+            watch::channel((status.borrow().clone(), Instant::now()));
         let (health_status, health_status_seen) = watch::channel(status.borrow().clone());
         let (member_status, member_status_seen) = watch::channel(status.borrow().clone());
         spawn(Box::pin(hook_model(
@@ -150,6 +156,10 @@ impl Process {
             priority,
             version: "sim".to_owned(),
             host: label.clone(),
+            order: crate::store::RecordOrder {
+                process: rng.next_u64() as i64,
+                count: 0,
+            },
         };
         let members_store = SimStore::new(world, Some(index), &format!("{label}/m"), dice);
         // As in the daemon, the process waits a while for its members task to record it
@@ -212,7 +222,7 @@ impl Process {
                     let now = published.borrow().clone();
                     watcher.trace(&label, describe(&now, watcher.start));
                     watcher.check();
-                    file_status.send_replace(now.clone());
+                    file_status.send_replace((now.clone(), Instant::now()));
                     health_status.send_replace(now.clone());
                     member_status.send_replace(now);
                 }

@@ -62,7 +62,7 @@ impl World {
                     && rank(other) > rank(node)
             });
             let deferred = match outranked {
-                true => crate::members::DEFER_TO_BETTER + crate::store::MEMBER_PERIOD,
+                true => crate::members::DEFER_TO_BETTER + crate::members::PREEMPT_PERIOD,
                 false => Duration::ZERO,
             };
             let due =

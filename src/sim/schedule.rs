@@ -95,6 +95,8 @@ pub(super) struct Scenario {
     pub(super) nodes: Vec<NodeSpec>,
     pub(super) events: Vec<Event>,
     pub(super) length: Duration,
+    /// Steps of the nodes' wall clocks (`readers.rs`).
+    pub(super) wall_steps: Vec<super::wall::WallStep>,
 }
 
 /// How long a run lasts, and the tail of it with no new faults.
@@ -240,6 +242,8 @@ impl Scenario {
             });
             events.sort_by_key(|e| e.from);
         }
+        // Drawn last, as above.
+        let wall_steps = super::wall::draw_wall_steps(&mut rng, count, ttl, busy_until);
         Scenario {
             ttl,
             interval,
@@ -250,6 +254,7 @@ impl Scenario {
             nodes,
             events,
             length: RUN,
+            wall_steps,
         }
     }
 }
@@ -276,6 +281,9 @@ impl Scenario {
         );
         for node in &self.nodes {
             text.push_str(&format!("  node {node:?}\n"));
+        }
+        for step in &self.wall_steps {
+            text.push_str(&format!("  {step:?}\n"));
         }
         for event in &self.events {
             text.push_str(&format!(

@@ -2,8 +2,10 @@
 
 use super::*;
 
-/// Seeds CI runs (`LEADERD_SIM_SEEDS` overrides; `LEADERD_SIM_FIRST` moves the start).
-const CI_SEEDS: u64 = 10_000;
+/// Fixed seeds CI runs (`LEADERD_SIM_SEEDS` overrides; `LEADERD_SIM_FIRST` moves the
+/// start), and fresh ones beside them (`seeds.rs`).
+const CI_SEEDS: u64 = 8_000;
+const CI_FRESH_SEEDS: u64 = 2_000;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -93,6 +95,17 @@ fn every_property_holds_for_the_ci_seeds() {
     if let Some(report) = searched.failure {
         panic!("{}", report.explain());
     }
+    let (base, from) = super::seeds::fresh_base();
+    let count = super::seeds::fresh_count(CI_FRESH_SEEDS);
+    eprintln!(
+        "{}",
+        super::seeds::announce("simulator", base, count, &from)
+    );
+    let searched = search(base, count);
+    eprintln!("simulator, fresh seeds: {}", searched.summary());
+    if let Some(report) = searched.failure {
+        panic!("{}", report.explain());
+    }
 }
 
 /// `LEADERD_SIM_SEED=N`: runs one seed and prints its report (twice: the same trace).
@@ -176,6 +189,7 @@ mod regressions {
             nodes,
             events,
             length: RUN / 2,
+            wall_steps: Vec::new(),
         }
     }
 

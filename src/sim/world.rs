@@ -16,10 +16,11 @@ use crate::election::{Role, Status};
 /// The election every simulated node takes part in.
 pub(super) const ELECTION: &str = "sim";
 
-/// Statements one process may send in any one second (property 5). A round is one
-/// statement, two or three when the row changed; retries after failures start at 50 ms
-/// and double; a member record is one more every ten seconds. An interval under 200 ms
-/// (the ttl table's, `ttl_table.rs`) allows four statements per interval instead.
+/// Statements one process may send in any one second on each of its connections
+/// (property 5): the election's, where a round is one statement, two or three when the
+/// row changed, and retries after failures start at 50 ms and double; and its members
+/// task's, a record every two seconds and a preemption's few statements. An interval
+/// under 200 ms (the ttl table's, `ttl_table.rs`) allows four statements per interval.
 pub(super) const STATEMENTS_PER_SECOND: usize = 20;
 
 /// A property that failed, and where.
@@ -40,12 +41,17 @@ pub(super) struct ProcessView {
     pub(super) alive: bool,
     /// When it was told to stop (SIGTERM).
     pub(super) stop_began: Option<Instant>,
-    /// When its statements were sent, over the last second.
+    /// When its statements were sent, over the last second: the election's, and its
+    /// members task's on a connection of its own (property 5 counts each on its own).
     pub(super) sent: VecDeque<Instant>,
+    pub(super) sent_members: VecDeque<Instant>,
     /// The last term it acted as leader in.
     pub(super) last_term: Option<i64>,
     /// What its status file says, as far as it is durable (it outlives the process).
     pub(super) file: Option<Status>,
+    /// A leader's file as its readers parse it, and when what it holds was published
+    /// (`readers.rs`).
+    pub(super) file_read: Option<(Instant, crate::status_file::StatusDocument)>,
 }
 
 /// What the driver knows of a node at an instant: the ground truth the operator-facing
@@ -163,15 +169,19 @@ impl World {
         state.trace.push(at, who, format!("sends {what}"));
         let Some(index) = process else { return };
         let view = &mut state.processes[index];
-        while view
-            .sent
+        let sent = match who.ends_with("/m") {
+            true => &mut view.sent_members,
+            false => &mut view.sent,
+        };
+        while sent
             .front()
             .is_some_and(|t| now - *t >= Duration::from_secs(1))
         {
-            view.sent.pop_front();
+            sent.pop_front();
         }
-        view.sent.push_back(now);
-        let (count, label, stopping) = (view.sent.len(), view.label.clone(), view.stop_began);
+        sent.push_back(now);
+        let (count, stopping) = (sent.len(), view.stop_began);
+        let label = view.label.clone();
         let limit =
             STATEMENTS_PER_SECOND.max((4.0 / self.scenario.interval.as_secs_f64()) as usize);
         if count > limit {
@@ -179,7 +189,7 @@ impl World {
                 &mut state,
                 at,
                 "5: no node sends more than 20 statements in a second",
-                format!("{label} sent {count} statements in the last second (limit {limit})"),
+                format!("{who} sent {count} statements in the last second (limit {limit})"),
             );
         }
         if let Some(began) = stopping.filter(|_| starts_term) {
@@ -197,6 +207,7 @@ impl World {
 
     /// Properties 1 to 3, and the bookkeeping for liveness.
     pub(super) fn check(&self) {
+        self.check_readers();
         let now = Instant::now();
         let at = now - self.start;
         let mut state = self.state.lock().unwrap();

@@ -60,6 +60,19 @@ pub struct MemberRecord {
     /// leaderd's version.
     pub version: String,
     pub host: String,
+    /// Where it stands among the node's records.
+    pub order: RecordOrder,
+}
+
+/// Where a record stands among its node's records: a late one (a statement that waited
+/// behind a row lock after its client gave up on it) never overwrites a later one of the
+/// same process, such as its `stopped`. A record of another process always applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RecordOrder {
+    /// The recording process's token, random per process.
+    pub process: i64,
+    /// Which of the process's records this is (an equal one applies again).
+    pub count: i64,
 }
 
 impl MemberRecord {
@@ -89,8 +102,10 @@ pub struct Member {
     pub no_preempt_for: Option<Duration>,
 }
 
-/// How often a node records itself in `leaderd_member`.
-pub const MEMBER_PERIOD: Duration = Duration::from_secs(10);
+/// How often a node records itself in `leaderd_member`: often enough that a killed node
+/// shows as gone within a few leases at the default ttl (three periods), at one statement
+/// per node every two seconds beside the election's one per round.
+pub const MEMBER_PERIOD: Duration = Duration::from_secs(2);
 
 impl Member {
     /// It stopped, or was not seen for three record periods: its process is gone (or cut

@@ -40,7 +40,9 @@ pub use error::StoreError;
 pub use fence::{Fence, FenceBackend, FenceError};
 pub use lease::{Commands, HeldRow, Lease, LeaseRow, Pending, ProcessToken};
 pub use lease_store::{ControlStore, LeaseStore, StepDownRequest};
-pub use member::{MEMBER_PERIOD, MEMBER_PRUNE_AFTER, Member, MemberRecord, MemberStanding};
+pub use member::{
+    MEMBER_PERIOD, MEMBER_PRUNE_AFTER, Member, MemberRecord, MemberStanding, RecordOrder,
+};
 pub use pooler::Pooler;
 pub use sql::{DbConnection, migrations_applied};
 pub use sql_store::{SqlStore, Timeouts};

@@ -10,8 +10,8 @@ use leaderd::store::DatabaseUrl;
 use leaderd::store::memory::MemoryStore;
 use leaderd::store::shared::SharedStore;
 use leaderd::store::{
-    Commands, ControlStore, DbConnection, Lease, LeaseStore, MemberRecord, MemberStanding,
-    ProcessToken, SqlStore, StepDownRequest, StoreError, Timeouts,
+    Commands, ControlStore, DbConnection, Lease, LeaseStore, Member, MemberRecord, MemberStanding,
+    ProcessToken, RecordOrder, SqlStore, StepDownRequest, StoreError, Timeouts,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -5,8 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{DirectReport, TRACE_LINES, run};
 
-/// Seeds CI runs directly (`LEADERD_SIM_DIRECT_SEEDS` overrides).
-const CI_SEEDS: u64 = 20_000;
+/// Fixed seeds CI runs directly (`LEADERD_SIM_DIRECT_SEEDS` overrides), and fresh ones
+/// beside them (`sim/seeds.rs`).
+const CI_SEEDS: u64 = 16_000;
+const CI_FRESH_SEEDS: u64 = 4_000;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -61,6 +63,16 @@ fn every_property_holds_for_the_ci_seeds_driving_step_directly() {
     let first = env_u64("LEADERD_SIM_FIRST").unwrap_or(0);
     let count = env_u64("LEADERD_SIM_DIRECT_SEEDS").unwrap_or(CI_SEEDS);
     if let Some(report) = search(first, count) {
+        panic!("{}", report.explain());
+    }
+    use crate::sim::seeds::{announce, fresh_base, fresh_count};
+    let (base, from) = fresh_base();
+    let count = fresh_count(CI_FRESH_SEEDS);
+    eprintln!(
+        "{}",
+        announce("simulator, driving step directly", base, count, &from)
+    );
+    if let Some(report) = search(base, count) {
         panic!("{}", report.explain());
     }
 }

@@ -2,6 +2,15 @@
 
 use super::Dialect;
 
+/// Whether a member record applies: it comes from another process than the row's last
+/// one, or is not older than it (see `RecordOrder`).
+macro_rules! ordered {
+    () => {
+        "(NOT (record_process <=> VALUES(record_process)) OR record_count IS NULL
+          OR VALUES(record_count) >= record_count)"
+    };
+}
+
 // MySQL applies SET assignments left to right, and MariaDB too unless `sql_mode` has
 // SIMULTANEOUS_ASSIGNMENT, where every one reads the old row: so `taken_term` comes first
 // and both it and `term` compute the new term from the old one (NOW(6) is one reading per
@@ -116,15 +125,26 @@ pub(in crate::store) const MYSQL: Dialect = Dialect {
                  AND `timestamp` + INTERVAL (lease_ms * 1000) MICROSECOND > NOW(6)",
     started_term: Some("SELECT CAST(LAST_INSERT_ID() AS SIGNED) AS term"),
     wake: None,
-    record_member: "INSERT INTO leaderd_member
-                        (election, node_id, candidate, priority, version, host, standing,
-                         started, last_seen)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6), NOW(6))
-                    ON DUPLICATE KEY UPDATE
-                        started = IF(? = 1, VALUES(started), started),
-                        candidate = VALUES(candidate), priority = VALUES(priority),
-                        version = VALUES(version), host = VALUES(host),
-                        standing = VALUES(standing), last_seen = VALUES(last_seen)",
+    // No WHERE on an upsert here: every column is kept unless the record is not late
+    // (`ordered!`). The order's own columns go last, so that every condition reads them
+    // as they were, whether assignments run left to right or simultaneously.
+    record_member: concat!(
+        "INSERT INTO leaderd_member
+             (election, node_id, candidate, priority, version, host, standing,
+              record_process, record_count, started, last_seen)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NOW(6), NOW(6))
+         ON DUPLICATE KEY UPDATE
+             started = IF(? = 1 AND ", ordered!(), ", VALUES(started), started),
+             candidate = IF(", ordered!(), ", VALUES(candidate), candidate),
+             priority = IF(", ordered!(), ", VALUES(priority), priority),
+             version = IF(", ordered!(), ", VALUES(version), version),
+             host = IF(", ordered!(), ", VALUES(host), host),
+             standing = IF(", ordered!(), ", VALUES(standing), standing),
+             last_seen = IF(", ordered!(), ", VALUES(last_seen), last_seen),
+             record_count = IF(", ordered!(), ", VALUES(record_count), record_count),
+             record_process = IF(record_process <=> VALUES(record_process),
+                                 record_process, VALUES(record_process))"
+    ),
     hold_preemption: "UPDATE leaderd_member
                       SET no_preempt_until = GREATEST(COALESCE(no_preempt_until, NOW(6)),
                           NOW(6) + INTERVAL (? * 1000) MICROSECOND)

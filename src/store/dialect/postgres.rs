@@ -130,14 +130,19 @@ pub(in crate::store) const POSTGRES: Dialect = Dialect {
     wake: Some("SELECT pg_notify('leaderd_release', ?)"),
     record_member: r#"INSERT INTO leaderd_member
                           (election, node_id, candidate, priority, version, host, standing,
-                           started, last_seen)
-                      VALUES (?, ?, ?, ?, ?, ?, ?, clock_timestamp(), clock_timestamp())
+                           record_process, record_count, started, last_seen)
+                      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, clock_timestamp(), clock_timestamp())
                       ON CONFLICT (election, node_id) DO UPDATE SET
                           candidate = EXCLUDED.candidate, priority = EXCLUDED.priority,
                           version = EXCLUDED.version, host = EXCLUDED.host,
                           standing = EXCLUDED.standing, last_seen = EXCLUDED.last_seen,
                           started = CASE WHEN ? = 1 THEN EXCLUDED.started
-                                         ELSE leaderd_member.started END"#,
+                                         ELSE leaderd_member.started END,
+                          record_process = EXCLUDED.record_process,
+                          record_count = EXCLUDED.record_count
+                      WHERE leaderd_member.record_process IS DISTINCT FROM EXCLUDED.record_process
+                         OR leaderd_member.record_count IS NULL
+                         OR EXCLUDED.record_count >= leaderd_member.record_count"#,
     hold_preemption: r#"UPDATE leaderd_member
                         SET no_preempt_until = GREATEST(no_preempt_until,
                             clock_timestamp() + ? * INTERVAL '1 millisecond')

@@ -112,15 +112,20 @@ pub(in crate::store) const SQLITE: Dialect = Dialect {
     wake: None,
     record_member: r#"INSERT INTO leaderd_member
                           (election, node_id, candidate, priority, version, host, standing,
-                           started, last_seen)
-                      VALUES (?, ?, ?, ?, ?, ?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now'),
+                           record_process, record_count, started, last_seen)
+                      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, strftime('%Y-%m-%d %H:%M:%f', 'now'),
                               strftime('%Y-%m-%d %H:%M:%f', 'now'))
                       ON CONFLICT (election, node_id) DO UPDATE SET
                           candidate = excluded.candidate, priority = excluded.priority,
                           version = excluded.version, host = excluded.host,
                           standing = excluded.standing, last_seen = excluded.last_seen,
                           started = CASE WHEN ? = 1 THEN excluded.started
-                                         ELSE leaderd_member.started END"#,
+                                         ELSE leaderd_member.started END,
+                          record_process = excluded.record_process,
+                          record_count = excluded.record_count
+                      WHERE leaderd_member.record_process IS NOT excluded.record_process
+                         OR leaderd_member.record_count IS NULL
+                         OR excluded.record_count >= leaderd_member.record_count"#,
     hold_preemption: r#"UPDATE leaderd_member
                         SET no_preempt_until = max(COALESCE(no_preempt_until, ''),
                             strftime('%Y-%m-%d %H:%M:%f', julianday('now') + ? / 86400000.0))

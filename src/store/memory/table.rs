@@ -125,6 +125,8 @@ struct MemberRow {
     started: Instant,
     last_seen: Instant,
     no_preempt_until: Option<Instant>,
+    /// The last record's order (`record_process`, `record_count`).
+    order: crate::store::RecordOrder,
 }
 
 /// The tables, statement by statement. Every method is one statement of `dialect/`, run

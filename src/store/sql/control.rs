@@ -108,6 +108,8 @@ impl DbConnection {
             Param::Text(&record.version),
             Param::Text(&record.host),
             Param::Text(record.standing.as_str()),
+            Param::BigInt(record.order.process),
+            Param::BigInt(record.order.count),
             Param::BigInt(i64::from(fresh)),
         ];
         self.write(|d| d.record_member, params).await?;

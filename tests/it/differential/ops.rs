@@ -2,7 +2,9 @@
 //! what the model says about the tables now.
 
 use leaderd::store::memory::Table;
-use leaderd::store::{Commands, Lease, LeaseRow, MemberRecord, MemberStanding, ProcessToken};
+use leaderd::store::{
+    Commands, Lease, LeaseRow, MemberRecord, MemberStanding, ProcessToken, RecordOrder,
+};
 use rand::Rng;
 use rand::rngs::SmallRng;
 use std::time::Duration;
@@ -314,6 +316,11 @@ impl Draw {
                     priority: self.rng.random_range(0..4),
                     version: self.one_of(&["1.0", "1.1"]).to_string(),
                     host: self.one_of(&["h1", "h2"]).to_string(),
+                    // Two processes, and records late or not.
+                    order: RecordOrder {
+                        process: self.rng.random_range(1..3),
+                        count: self.rng.random_range(0..4),
+                    },
                 };
                 Op::Record(record, self.chance(0.3))
             }

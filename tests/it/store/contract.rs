@@ -689,6 +689,7 @@ pub(super) async fn members_are_recorded_by_the_database_clock(db: impl Table) {
         priority: 3,
         version: "1.0".to_owned(),
         host: "h".to_owned(),
+        order: RecordOrder::default(),
     };
     s.record_member(&record("a", true), true).await.unwrap();
     s.record_member(&record("b", false), true).await.unwrap();
@@ -754,6 +755,31 @@ pub(super) async fn members_are_recorded_by_the_database_clock(db: impl Table) {
     s.prune_members("members").await.unwrap();
     assert_eq!(s.members("members").await.unwrap().len(), 2, "seen lately");
     assert!(s.members("other").await.unwrap().is_empty());
+    // A late record of a process (it waited behind a row lock after its client gave up)
+    // never overwrites a later one, such as its stop; another process's always applies.
+    let ordered = |standing, process, count| MemberRecord {
+        standing,
+        order: RecordOrder { process, count },
+        ..record("c", true)
+    };
+    let c = |members: Vec<Member>| members[2].standing();
+    s.record_member(&ordered(MemberStanding::Stopped, 7, 2), true)
+        .await
+        .unwrap();
+    s.record_member(&ordered(MemberStanding::Candidate, 7, 1), false)
+        .await
+        .unwrap();
+    assert_eq!(
+        c(s.members("members").await.unwrap()),
+        MemberStanding::Stopped
+    );
+    s.record_member(&ordered(MemberStanding::Candidate, 8, 1), true)
+        .await
+        .unwrap();
+    assert_eq!(
+        c(s.members("members").await.unwrap()),
+        MemberStanding::Candidate
+    );
 }
 
 /// A handover target with no window (left by hand, or by a node of another version) is no

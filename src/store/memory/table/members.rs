@@ -10,6 +10,12 @@ impl Table {
     pub fn record_member(&mut self, now: Instant, record: &MemberRecord, fresh: bool) {
         let now = self.reading(now);
         let key = (record.election.clone(), record.node_id.clone());
+        // A late record of the same process never overwrites a later one.
+        if self.members.get(&key).is_some_and(|m| {
+            m.order.process == record.order.process && m.order.count > record.order.count
+        }) {
+            return;
+        }
         let member = self.members.entry(key).or_insert_with(|| MemberRow {
             candidate: record.candidate(),
             standing: record.standing,
@@ -19,7 +25,9 @@ impl Table {
             started: now,
             last_seen: now,
             no_preempt_until: None,
+            order: record.order,
         });
+        member.order = record.order;
         member.candidate = record.candidate();
         member.standing = record.standing;
         member.priority = record.priority;
