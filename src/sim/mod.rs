@@ -13,12 +13,16 @@
 //! - `database`: the simulated database (the table, restarts, listeners).
 //! - `db`: connections onto it, with per-statement faults.
 //! - `node`: one `leaderd run` process and the models of what it runs beside the election.
+//! - `leader_work`, `fenced`: its leader work, and the work's writes through the fence.
 //! - `world`: what the simulation knows, and the properties.
 //! - `trace`: the record of a run.
 
 mod database;
 mod db;
 mod direct;
+mod fenced;
+mod leader_work;
+mod ledger;
 mod models;
 mod node;
 mod operator_checks;
@@ -28,6 +32,8 @@ mod trace;
 mod ttl_table;
 mod world;
 
+#[cfg(test)]
+mod fence_tests;
 #[cfg(test)]
 mod tests;
 
@@ -292,6 +298,7 @@ fn act(world: &Arc<World>, slots: &mut [Slot], action: &Action, rng: &mut SmallR
         (Fault::Restart, true) => {
             let mut state = world.state.lock().unwrap();
             state.db.epoch += 1;
+            state.db.table.end_every_fenced();
             state.db.refuse_until = Some(Instant::now() + length);
         }
         (Fault::Restart, false) => {
