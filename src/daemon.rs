@@ -157,7 +157,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         gate: Some(election.extra_claim_gate()),
         standing: Some(standing_sender.clone()),
     };
-    let mut hooks = Hooks::spawn(
+    let hooks = Hooks::spawn(
         config.hooks.clone(),
         context.clone(),
         events,
@@ -205,23 +205,23 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     // On SIGTERM the hooks stop first, while the election still holds and renews the
     // lease; only then does the election step down and release.
     let mut running = config;
-    let stop = async {
-        serve_until_shutdown(
-            shutdown,
-            &mut reload_requests,
-            || {
-                systemd::reloading();
-                load_again(&source)
-            },
-            |loaded| reload(loaded, &mut running, &mut hooks, &log, &statuses),
-            &claims,
-            &stopping,
-        )
-        .await;
-        systemd::stopping();
-        hooks.step_down().await;
-    };
+    let mut stepping = DaemonHooks(hooks);
+    let stop = stop_sequence(
+        shutdown,
+        &mut reload_requests,
+        || {
+            systemd::reloading();
+            load_again(&source)
+        },
+        |loaded, hooks: &mut DaemonHooks| {
+            reload(loaded, &mut running, &mut hooks.0, &log, &statuses)
+        },
+        &claims,
+        &stopping,
+        &mut stepping,
+    );
     election.run(stop).await;
+    let DaemonHooks(hooks) = stepping;
     hooks.join().await;
     stopping.send_replace(true);
     labeling.finish().await;
@@ -249,10 +249,51 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     Ok(())
 }
 
+/// What stops the leader work at a stop (the hook supervisor in the daemon, its model in
+/// the simulator): done once the leader work is gone.
+pub(crate) trait StepDown {
+    fn step_down(&mut self) -> impl Future<Output = ()>;
+}
+
+/// The daemon's hooks: systemd hears of the stop as the step-down begins.
+struct DaemonHooks(Hooks);
+
+impl StepDown for DaemonHooks {
+    async fn step_down(&mut self) {
+        systemd::stopping();
+        self.0.step_down().await;
+    }
+}
+
+/// The stop sequence, the future `Election::run` stops on: serve reloads until `shutdown`
+/// ([`serve_until_shutdown`]), then stop the leader work while the election still holds
+/// and renews the lease. Only once `hooks` have stepped down does the election step down
+/// and release. The simulator drives it too.
+pub(crate) async fn stop_sequence<T, L: Future<Output = T>, H: StepDown>(
+    shutdown: impl Future<Output = ()>,
+    reload_requests: &mut mpsc::UnboundedReceiver<()>,
+    load: impl FnMut() -> L,
+    mut apply: impl FnMut(T, &mut H),
+    claims: &ClaimGate,
+    stopping: &watch::Sender<bool>,
+    hooks: &mut H,
+) {
+    serve_until_shutdown(
+        shutdown,
+        reload_requests,
+        load,
+        |loaded| apply(loaded, hooks),
+        claims,
+        stopping,
+    )
+    .await;
+    hooks.step_down().await;
+}
+
 /// Serves reload requests (`load` reads the configuration again, `apply` puts it in force)
 /// until `shutdown` completes; then this node claims nothing more (`claims`) and says that
 /// it is stopping (`stopping`). The simulator drives it too.
-pub(crate) async fn serve_until_shutdown<T, L: Future<Output = T>>(
+async fn serve_until_shutdown<T, L: Future<Output = T>>(
     shutdown: impl Future<Output = ()>,
     reload_requests: &mut mpsc::UnboundedReceiver<()>,
     mut load: impl FnMut() -> L,

@@ -30,4 +30,7 @@ pub use config::HooksConfig;
 pub use containment::ContainmentMode;
 pub use containment::{ContainmentError, resolve_containment};
 pub use run::{HookContext, HookRuns, run_leased};
+/// The fence's instants, for the simulator's leader work.
+#[cfg(test)]
+pub(crate) use run::{fence_at, kill_lead, term_lead};
 pub use supervisor::{CrashLoopWiring, Hooks};

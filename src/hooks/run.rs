@@ -58,7 +58,7 @@ impl HookContext {
     /// How long before the local lease deadline a fenced process gets SIGKILL. The
     /// deadline itself is a safety margin ahead of the lapse on the database.
     fn kill_lead(&self) -> Duration {
-        (self.ttl.saturating_sub(self.interval) / 4).min(Duration::from_millis(20))
+        kill_lead(self.ttl, self.interval)
     }
 
     /// How long before the SIGKILL a fenced process gets SIGTERM: a quarter of the renew
@@ -66,7 +66,7 @@ impl HookContext {
     /// the round trip leaderd already warns about (half the window), so a database that is
     /// merely slow does not stop the leader's work.
     fn term_lead(&self) -> Duration {
-        self.ttl.saturating_sub(self.interval) / 4
+        term_lead(self.ttl, self.interval)
     }
 
     fn count_run(&self, hook: &'static str, outcome: &'static str, took: Duration) {
@@ -82,11 +82,27 @@ impl HookContext {
     }
 }
 
+/// [`HookContext::kill_lead`] for an election of `ttl` and `interval` (the simulator's
+/// leader work is fenced by it too).
+pub(crate) fn kill_lead(ttl: Duration, interval: Duration) -> Duration {
+    term_lead(ttl, interval).min(Duration::from_millis(20))
+}
+
+/// [`HookContext::term_lead`] for an election of `ttl` and `interval`.
+pub(crate) fn term_lead(ttl: Duration, interval: Duration) -> Duration {
+    ttl.saturating_sub(interval) / 4
+}
+
 /// [`HookContext::fence`] at boot time `boot_now`. The lease is judged on CLOCK_BOOTTIME
 /// as well as on the monotonic clock: after the host slept, the monotonic deadline is
 /// still ahead although the lease has lapsed, and a hook due at that moment must neither
 /// start nor get a fence a suspend further out.
-fn fence_at(term: i64, status: &Status, kill_lead: Duration, boot_now: Duration) -> Instant {
+pub(crate) fn fence_at(
+    term: i64,
+    status: &Status,
+    kill_lead: Duration,
+    boot_now: Duration,
+) -> Instant {
     let now = Instant::now();
     match (status.lease_deadline, status.lease_deadline_boot) {
         (Some(deadline), Some(boot_deadline))

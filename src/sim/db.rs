@@ -13,11 +13,14 @@ use tokio::time::{Instant, sleep};
 
 use super::database::{Db, judge_new_term};
 use super::schedule::{Event, Fault};
-use super::world::World;
+use super::world::{ELECTION, World};
 use crate::store::{
     Commands, ControlStore, Lease, LeaseRow, LeaseStore, Member, MemberRecord, StepDownRequest,
     StoreError,
 };
+
+/// How often a claim waiting for a fenced transaction looks again.
+const FENCE_POLL: Duration = Duration::from_millis(1);
 
 /// Time to open a connection.
 pub(super) const CONNECT: Duration = Duration::from_millis(1);
@@ -171,6 +174,11 @@ impl SimStore {
             let arrived = Instant::now();
             if !fate.lock_wait.is_zero() {
                 sleep(fate.lock_wait).await;
+            }
+            // A claim or reacquire waits for the fenced transactions that hold the row
+            // (`fenced.rs`; PostgreSQL's FOR KEY SHARE against its FOR UPDATE).
+            while starts_term && world.state.lock().unwrap().db.table.fenced(ELECTION) {
+                sleep(FENCE_POLL).await;
             }
             let value = {
                 let mut state = world.state.lock().unwrap();

@@ -13,6 +13,7 @@
 //! - `database`: the simulated database (the table, restarts, listeners).
 //! - `db`: connections onto it, with per-statement faults.
 //! - `node`: one `leaderd run` process and the models of what it runs beside the election.
+//! - `leader_work`, `fenced`: its leader work, and the work's writes through the fence.
 //! - `world`: what the simulation knows, and the properties.
 //! - `wall`: the nodes' wall clocks and their steps.
 //! - `readers`: the status file as its readers see it (property 14).
@@ -22,6 +23,9 @@
 mod database;
 mod db;
 mod direct;
+mod fenced;
+mod leader_work;
+mod ledger;
 mod models;
 mod node;
 mod operator_checks;
@@ -35,6 +39,8 @@ mod ttl_table;
 mod wall;
 mod world;
 
+#[cfg(test)]
+mod fence_tests;
 #[cfg(test)]
 mod tests;
 
@@ -299,6 +305,7 @@ fn act(world: &Arc<World>, slots: &mut [Slot], action: &Action, rng: &mut SmallR
         (Fault::Restart, true) => {
             let mut state = world.state.lock().unwrap();
             state.db.epoch += 1;
+            state.db.table.end_every_fenced();
             state.db.refuse_until = Some(Instant::now() + length);
         }
         (Fault::Restart, false) => {

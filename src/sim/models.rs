@@ -1,16 +1,17 @@
 //! What a simulated process runs beside the election, modelled by what it promises it:
-//! the hook supervisor, the status file and the health check; and the freeze every task
-//! of a process shares.
+//! the status file and the health check; what the hook supervisor is asked from outside
+//! the election (its model is `leader_work.rs`); and the freeze every task of a process
+//! shares.
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::time::{Instant, sleep, sleep_until};
+use tokio::time::sleep;
 
 use super::world::World;
-use crate::election::{CandidacyGate, ResignHandle, Role, RoleEvent, Status};
+use crate::election::{CandidacyGate, Role, Status};
 use crate::standing::{Health, Standing};
 
 /// How the status file's writes go: each takes `delay` more, and fails while `fail`.
@@ -68,76 +69,6 @@ pub(super) fn freezable<T>(
             }
         }
     })
-}
-
-/// The hook supervisor's promises to the election: leader work runs from `Elected` until
-/// `Demoted`, and takes `stop_time` to stop; a resign request is passed on once it has
-/// stopped; a shutdown's step-down ends once it has.
-pub(super) async fn hook_model(
-    mut events: mpsc::UnboundedReceiver<RoleEvent>,
-    mut requests: mpsc::UnboundedReceiver<HookRequest>,
-    resign: ResignHandle,
-    stop_time: Duration,
-) {
-    let mut leading: Option<i64> = None;
-    let mut resigning: Option<(Instant, i64)> = None;
-    let mut stepping_down: Option<(Instant, oneshot::Sender<()>)> = None;
-    let mut requests_open = true;
-    loop {
-        let resign_at = resigning.map(|(at, _)| at);
-        let stepped_down_at = stepping_down.as_ref().map(|(at, _)| *at);
-        tokio::select! {
-            biased;
-            event = events.recv() => match event {
-                None => return,
-                Some(RoleEvent::Elected { term }) => {
-                    leading = Some(term);
-                    // As the supervisor: a resign of an earlier term is moot now.
-                    resigning = None;
-                }
-                Some(RoleEvent::Demoted { term }) => {
-                    if leading == Some(term) {
-                        leading = None;
-                    }
-                }
-                Some(RoleEvent::ResignRequested { term }) => {
-                    if leading == Some(term) && resigning.is_none() {
-                        resigning = Some((Instant::now() + stop_time, term));
-                    }
-                }
-                Some(RoleEvent::LeaderChanged { .. }) => {}
-            },
-            request = requests.recv(), if requests_open => match request {
-                None => requests_open = false,
-                Some(HookRequest::Resign) => {
-                    if let (Some(term), None) = (leading, resigning) {
-                        resigning = Some((Instant::now() + stop_time, term));
-                    }
-                }
-                Some(HookRequest::StepDown(done)) => {
-                    let now = Instant::now();
-                    let work_stopped = match (leading, resign_at) {
-                        (_, Some(at)) => at,
-                        (Some(_), None) => now + stop_time,
-                        (None, None) => now,
-                    };
-                    stepping_down = Some((work_stopped, done));
-                }
-            },
-            _ = sleep_until(resign_at.unwrap_or_else(Instant::now)), if resign_at.is_some() => {
-                if let Some((_, term)) = resigning.take() {
-                    leading = None;
-                    resign.resign_term(term);
-                }
-            }
-            _ = sleep_until(stepped_down_at.unwrap_or_else(Instant::now)), if stepped_down_at.is_some() => {
-                if let Some((_, done)) = stepping_down.take() {
-                    leading = None;
-                    let _ = done.send(());
-                }
-            }
-        }
-    }
 }
 
 /// The status file's promise: it reports each version durable once written; writes take

@@ -1,10 +1,11 @@
 //! One simulated `leaderd run` process: the real [`Election`] on a [`SimStore`], the real
 //! members task ([`crate::members::run`]) on a second connection, and the daemon's real
-//! stop sequence ([`crate::daemon::serve_until_shutdown`]), wired as `daemon.rs` wires
-//! them. What runs processes or touches the disk is modelled by what it promises the
-//! election: the hook supervisor (leader work that takes a while to stop, then a resign
-//! or the end of the step-down), the status file (durable versions, slow or failing
-//! writes) and the health check (a claim gate and the resigns of a failing leader).
+//! stop sequence ([`crate::daemon::stop_sequence`]), wired as `daemon.rs` wires
+//! them. The hook supervisor is modelled by its step-down order, with leader work that
+//! writes through the fence (`leader_work.rs`); what else runs processes or touches the
+//! disk is modelled by what it promises the election: the status file (durable versions,
+//! slow or failing writes) and the health check (a claim gate and the resigns of a
+//! failing leader).
 //! Every task of the process can be frozen (SIGSTOP) or killed (SIGKILL) at once.
 
 use rand::rngs::SmallRng;
@@ -19,11 +20,10 @@ use tokio::task::AbortHandle;
 use tokio::time::{Instant, sleep};
 
 use super::db::{Dice, SimStore};
-use super::models::{
-    FileFaults, Freeze, HookRequest, freezable, health_model, hook_model, status_file_model,
-};
+use super::leader_work::{WorkSetting, supervisor_model};
+use super::models::{FileFaults, Freeze, HookRequest, freezable, health_model, status_file_model};
 use super::world::{ELECTION, ProcessView, World};
-use crate::daemon::serve_until_shutdown;
+use crate::daemon::{StepDown, stop_sequence};
 use crate::election::{Election, ElectionSettings, Status};
 use crate::standing::Health;
 use crate::standing::Standing;
@@ -75,15 +75,18 @@ impl Process {
         let store = SimStore::new(world, Some(index), &label, Arc::clone(&dice));
         let (mut election, status) = Election::new(settings, store);
         election.seed_randomness(rng.next_u64());
+        // Drawn after the others, so that a seed's election draws what it drew before.
+        let work_seed = rng.next_u64();
         let slept = Arc::new(AtomicU64::new(0));
         let boot_slept = Arc::clone(&slept);
         let start = world.start;
         // A boot clock that follows the virtual clock, plus the time the host slept.
-        election.set_boot_clock(Arc::new(move || {
+        let boot: crate::election::BootClock = Arc::new(move || {
             Duration::from_secs(1000)
                 + (Instant::now() - start)
                 + Duration::from_nanos(boot_slept.load(Ordering::SeqCst))
-        }));
+        });
+        election.set_boot_clock(Arc::clone(&boot));
         let clock = Arc::clone(world);
         election.set_wall_clock(Arc::new(move || clock.wall(node, Instant::now())));
         world.state.lock().unwrap().processes.push(ProcessView {
@@ -135,11 +138,28 @@ impl Process {
             watch::channel((status.borrow().clone(), Instant::now()));
         let (health_status, health_status_seen) = watch::channel(status.borrow().clone());
         let (member_status, member_status_seen) = watch::channel(status.borrow().clone());
-        spawn(Box::pin(hook_model(
+        let (work_status, work_status_seen) = watch::channel(status.borrow().clone());
+        let work = WorkSetting {
+            world: Arc::clone(world),
+            label: label.clone(),
+            node_id: spec.id.clone(),
+            stop_time: spec.step_down,
+            boot,
+            freeze: Arc::clone(&freeze),
+            seed: work_seed,
+            dice: Arc::new(Mutex::new(Dice::new(
+                SmallRng::seed_from_u64(work_seed),
+                world.start,
+                node,
+                &scenario.events,
+            ))),
+        };
+        spawn(Box::pin(supervisor_model(
+            Arc::new(work),
             events,
             hook_requests,
+            work_status_seen,
             resign,
-            spec.step_down,
         )));
         spawn(Box::pin(status_file_model(
             Arc::clone(world),
@@ -190,22 +210,18 @@ impl Process {
         let ended = Arc::clone(world);
         let ended_label = label.clone();
         spawn(Box::pin(async move {
-            let stop = async {
-                serve_until_shutdown(
-                    async {
-                        let _ = term_received.await;
-                    },
-                    &mut hup_received,
-                    || sleep(*delay.lock().unwrap()),
-                    |()| {},
-                    &claims,
-                    &stopping,
-                )
-                .await;
-                let (done, stepped_down) = oneshot::channel();
-                let _ = hooks.send(HookRequest::StepDown(done));
-                let _ = stepped_down.await;
-            };
+            let mut hooks = SimHooks(hooks);
+            let stop = stop_sequence(
+                async {
+                    let _ = term_received.await;
+                },
+                &mut hup_received,
+                || sleep(*delay.lock().unwrap()),
+                |(), _| {},
+                &claims,
+                &stopping,
+                &mut hooks,
+            );
             election.run(stop).await;
             let _ = tokio::time::timeout(crate::daemon::MEMBER_STOP_WAIT, member).await;
             ended.trace(&ended_label, "ends".to_owned());
@@ -224,6 +240,7 @@ impl Process {
                     watcher.check();
                     file_status.send_replace((now.clone(), Instant::now()));
                     health_status.send_replace(now.clone());
+                    work_status.send_replace(now.clone());
                     member_status.send_replace(now);
                 }
             })
@@ -305,6 +322,17 @@ impl Process {
 
     pub(super) fn stopping(&self) -> bool {
         self.term.is_none()
+    }
+}
+
+/// The hooks as the daemon's stop sequence steps them down: through the model.
+struct SimHooks(mpsc::UnboundedSender<HookRequest>);
+
+impl StepDown for SimHooks {
+    async fn step_down(&mut self) {
+        let (done, stepped_down) = oneshot::channel();
+        let _ = self.0.send(HookRequest::StepDown(done));
+        let _ = stepped_down.await;
     }
 }
 

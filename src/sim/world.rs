@@ -91,6 +91,8 @@ pub(super) struct State {
     leaderless_since: Option<Instant>,
     /// Statements sent in the run.
     pub(super) statements: u64,
+    /// Leader work and its fenced writes (properties 14 and 15).
+    pub(super) leader_work: super::ledger::Ledger,
 }
 
 pub(super) struct World {
@@ -135,6 +137,7 @@ impl World {
                 acted: BTreeMap::new(),
                 leaderless_since: None,
                 statements: 0,
+                leader_work: Default::default(),
             }),
         }
     }
@@ -218,6 +221,9 @@ impl World {
             return fail(&mut state, at, property, detail);
         }
         let row = state.db.table.lease_row(ELECTION, self.db_clock(now));
+        if let Some((property, detail)) = state.leader_work.judge(row.as_ref()) {
+            return fail(&mut state, at, property, detail);
+        }
         // A node acts as leader while it says so, and also while its status file still
         // says so: whoever reads the file (hooks, an operator) takes it at its word.
         let leads = |status: &Status| {

@@ -14,7 +14,7 @@ mod flavour;
 mod table;
 
 pub use flavour::{ClockPoint, Flavour, Precision, RenewalStart};
-pub use table::Table;
+pub use table::{FenceRefusal, Table};
 
 use super::{
     Commands, ControlStore, Lease, LeaseRow, LeaseStore, Member, MemberRecord, StepDownRequest,

@@ -8,8 +8,11 @@ use tokio::time::Instant;
 use super::flavour::{Flavour, Precision, RenewalStart};
 use crate::store::{Commands, HeldRow, Lease, LeaseRow, MemberStanding, Pending};
 
+mod fence;
 mod members;
 mod outside;
+
+pub use fence::FenceRefusal;
 
 /// One election's row (`service_leader_lock`).
 #[derive(Debug, Clone)]
@@ -141,6 +144,8 @@ pub struct Table {
     /// [`Table::set_clock`], or at the first term started.
     clock: Option<(Instant, i64)>,
     flavour: Flavour,
+    /// Fenced transactions open now, and the row each holds against a new term.
+    fences: BTreeMap<u64, String>,
 }
 
 /// What the clock of a table nobody set reads at the first term it starts (2023-11-14).
