@@ -84,6 +84,8 @@ pub(super) struct State {
     leaderless_since: Option<Instant>,
     /// Statements sent in the run.
     pub(super) statements: u64,
+    /// What the outcome properties follow (`outcomes.rs`).
+    pub(super) outcomes: super::outcome_state::Outcomes,
 }
 
 pub(super) struct World {
@@ -128,6 +130,7 @@ impl World {
                 acted: BTreeMap::new(),
                 leaderless_since: None,
                 statements: 0,
+                outcomes: Default::default(),
             }),
         }
     }
@@ -203,6 +206,7 @@ impl World {
         if let Some((property, detail)) = state.db.breaches.pop() {
             return fail(&mut state, at, property, detail);
         }
+        self.watch_outcomes(&mut state, now);
         let row = state.db.table.lease_row(ELECTION, self.db_clock(now));
         // A node acts as leader while it says so, and also while its status file still
         // says so: whoever reads the file (hooks, an operator) takes it at its word.
