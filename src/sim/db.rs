@@ -351,8 +351,9 @@ impl ControlStore for SimStore {
         term: i64,
         request: StepDownRequest<'_>,
     ) -> Result<bool, StoreError> {
-        if let (Some(_), StepDownRequest::Handover { to }) = (self.process, request) {
+        if let (Some(process), StepDownRequest::Handover { to }) = (self.process, request) {
             // A node asks: a candidate preempting.
+            self.world.check_preemption_wait(process, to);
             self.world.check_preemption(to);
         }
         let (name, holder) = (name.to_owned(), holder.to_owned());

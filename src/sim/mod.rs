@@ -31,6 +31,8 @@ mod node;
 mod operator_checks;
 mod operators;
 mod readers;
+mod outcome_state;
+mod outcomes;
 mod schedule;
 #[cfg(test)]
 mod seeds;
@@ -191,6 +193,7 @@ async fn drive(seed: u64, scenario: Scenario) -> RunReport {
         world.check_liveness(someone_could_lead);
         world.check_preemption_lag();
         world.check_member_report();
+        world.check_pause_outcomes();
     }
     for slot in &mut slots {
         for process in &mut slot.processes {
@@ -266,6 +269,7 @@ fn start(world: &Arc<World>, node: usize, slot: &mut Slot, rng: &mut SmallRng) {
         rng.next_u64(),
     );
     slot.processes.push(process);
+    world.outcome_started();
 }
 
 fn act(world: &Arc<World>, slots: &mut [Slot], action: &Action, rng: &mut SmallRng) {
@@ -360,6 +364,7 @@ fn act(world: &Arc<World>, slots: &mut [Slot], action: &Action, rng: &mut SmallR
             // Before the current process, so that the node's own process stays current.
             let at = slot.processes.len().saturating_sub(1);
             slot.processes.insert(at, twin);
+            world.outcome_started();
         }
         (Fault::Twin { node }, false) => {
             let slot = &mut slots[*node];

@@ -149,7 +149,8 @@ impl World {
         held: bool,
     ) {
         let now = Instant::now();
-        let disturbed = self.disturbed(asked_at - self.scenario.ttl, now, Some(event));
+        let disturbed =
+            self.disturbed_for(asked_at - self.scenario.ttl, now, event, [Some(old), to]);
         let mut state = self.state.lock().unwrap();
         if held {
             state.moved_away.insert(old.to_owned(), now);

@@ -58,6 +58,9 @@ pub(super) async fn step_down(
         ),
     );
     let Some(old) = old else { return };
+    if to.is_none() {
+        world.check_resign_outcome(event, asked_at, &old, &outcome);
+    }
     match &outcome {
         StepDownOutcome::TookOver { new, .. } | StepDownOutcome::OtherTookOver { new, .. } => {
             if let Some(to) = &to {

@@ -93,6 +93,8 @@ pub(super) struct State {
     pub(super) statements: u64,
     /// Leader work and its fenced writes (properties 14 and 15).
     pub(super) leader_work: super::ledger::Ledger,
+    /// What the outcome properties follow (`outcomes.rs`).
+    pub(super) outcomes: super::outcome_state::Outcomes,
 }
 
 pub(super) struct World {
@@ -138,6 +140,7 @@ impl World {
                 leaderless_since: None,
                 statements: 0,
                 leader_work: Default::default(),
+                outcomes: Default::default(),
             }),
         }
     }
@@ -220,6 +223,7 @@ impl World {
         if let Some((property, detail)) = state.db.breaches.pop() {
             return fail(&mut state, at, property, detail);
         }
+        self.watch_outcomes(&mut state, now);
         let row = state.db.table.lease_row(ELECTION, self.db_clock(now));
         if let Some((property, detail)) = state.leader_work.judge(row.as_ref()) {
             return fail(&mut state, at, property, detail);
