@@ -35,6 +35,7 @@ fn scenario(nodes: Vec<NodeSpec>, events: Vec<Event>) -> Scenario {
         nodes,
         events,
         length: RUN / 2,
+        wall_steps: Vec::new(),
     }
 }
 

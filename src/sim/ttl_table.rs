@@ -113,6 +113,7 @@ fn scenario(cell: Cell, length: Duration) -> Scenario {
         nodes,
         events,
         length,
+        wall_steps: Vec::new(),
     }
 }
 
