@@ -297,3 +297,16 @@ impl World {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Seed 4749, found by property 20: a resign written after a handover offer whose
+    /// window had passed unanswered (its target was dead) left the offer in the row, and
+    /// the release gave that target a window again; the resigner took the lead back
+    /// when it ended. A resign now clears an offer that is over.
+    #[test]
+    fn a_resign_after_an_unanswered_offer_hands_the_lead_over() {
+        let report = super::super::run(4749);
+        assert!(report.violation.is_none(), "{}", report.explain());
+    }
+}

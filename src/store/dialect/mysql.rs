@@ -99,7 +99,7 @@ pub(in crate::store) const MYSQL: Dialect = Dialect {
             VALUES (?, NULL, NOW(6), 0, 0, NOW(6) + INTERVAL (? * 1000) MICROSECOND)
             ON DUPLICATE KEY UPDATE paused_until = VALUES(paused_until)",
     resume: "UPDATE service_leader_lock SET paused_until = NULL WHERE name = ?",
-    resign: "UPDATE service_leader_lock SET resign_term = term
+    resign: "UPDATE service_leader_lock SET resign_term = term, handover_to = NULL, handover_until = NULL
              WHERE name = ? AND container_id = ? AND term = ?
                AND (resign_term IS NULL OR resign_term <> term)
                AND (handover_to IS NULL OR handover_until IS NULL OR handover_until <= NOW(6))

@@ -94,7 +94,7 @@ pub(in crate::store) const POSTGRES: Dialect = Dialect {
                   RETURNING name)
               SELECT pg_notify('leaderd_release', name) FROM paused"#,
     resume: r#"UPDATE service_leader_lock SET paused_until = NULL WHERE name = ?"#,
-    resign: r#"UPDATE service_leader_lock SET resign_term = term
+    resign: r#"UPDATE service_leader_lock SET resign_term = term, handover_to = NULL, handover_until = NULL
                WHERE name = ? AND container_id = ? AND term = ?
                  AND (resign_term IS NULL OR resign_term <> term)
                  AND (handover_to IS NULL OR handover_until IS NULL OR

@@ -80,7 +80,7 @@ pub(in crate::store) const SQLITE: Dialect = Dialect {
                       strftime('%Y-%m-%d %H:%M:%f', julianday('now') + ? / 86400000.0))
               ON CONFLICT (name) DO UPDATE SET paused_until = excluded.paused_until"#,
     resume: r#"UPDATE service_leader_lock SET paused_until = NULL WHERE name = ?"#,
-    resign: r#"UPDATE service_leader_lock SET resign_term = term
+    resign: r#"UPDATE service_leader_lock SET resign_term = term, handover_to = NULL, handover_until = NULL
                WHERE name = ? AND container_id = ? AND term = ?
                  AND (resign_term IS NULL OR resign_term <> term)
                  AND (handover_to IS NULL OR handover_until IS NULL OR

@@ -383,6 +383,10 @@ impl Table {
                     && row.live(now) =>
             {
                 row.resign_term = Some(term);
+                // An offer whose window passed unanswered is over: the release must not
+                // give its target a window again (seed 4749).
+                row.handover_to = None;
+                row.handover_until = None;
                 true
             }
             _ => false,

@@ -845,3 +845,30 @@ pub(super) async fn a_hold_after_the_clock_stepped_back_lasts_its_time(db: impl 
         "held"
     );
 }
+
+/// A resign written after a handover offer whose window passed unanswered ends the offer:
+/// the release gives its target no window again, and another node claims at once. The
+/// simulator's property 20 found it (seed 4749): the offer's target was dead, and the
+/// resigner took the lead back when the window the release had given it ended.
+pub(super) async fn a_resign_ends_an_offer_that_went_unanswered(db: impl Table) {
+    let (mut a, mut b) = (store(&db), store(&db));
+    a.connect().await.unwrap();
+    b.connect().await.unwrap();
+    let name = "unanswered";
+    a.ensure_row(name).await.unwrap();
+    let t1 = taken(a.claim(&lease(name, "a", TTL, 0)).await);
+    db.set_handover(name, Some("c"), Some(Duration::from_millis(1)))
+        .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        b.request_step_down(name, "a", t1, StepDownRequest::Resign)
+            .await
+            .unwrap(),
+        "an offer that is over does not keep the leader from being asked"
+    );
+    assert!(a.release(&lease(name, "a", TTL, t1)).await.unwrap());
+    assert!(
+        b.claim(&lease(name, "b", TTL, t1)).await.unwrap().is_some(),
+        "no window for the target of an offer that is over"
+    );
+}
