@@ -1,4 +1,4 @@
-//! Pinned scenarios for leader work and its fenced writes (properties 14 and 15).
+//! Pinned scenarios for leader work and its fenced writes (properties 15 and 16).
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Leader work's writes through the fence (docs/fencing.md), and property 15.
+//! Leader work's writes through the fence (docs/fencing.md), and property 16.
 //!
 //! A work process writes in transactions: its writes, the fence of its term last
 //! ([`Table::fence`](crate::store::memory::Table::fence)), then COMMIT after a drawn
@@ -7,7 +7,7 @@
 //! process; a transaction not committed ends with the process, or with a restart. A claim
 //! or reacquire waits while a fenced transaction holds the row ([`wait_for_fences`]).
 //!
-//! Property 15: no fenced write of term T commits after term T+1 started, judged on the
+//! Property 16: no fenced write of term T commits after term T+1 started, judged on the
 //! row at each commit; and the fence admits only its own term's live, held lease, judged
 //! on the row as a read sees it when the fence passes.
 
@@ -142,7 +142,7 @@ fn end(world: &World, open: &Mutex<Option<u64>>, transaction: u64) {
     state.db.table.end_fenced(transaction);
 }
 
-/// The fence at database time `now`: whether it passed. Property 15 judges a pass on the
+/// The fence at database time `now`: whether it passed. Property 16 judges a pass on the
 /// row as a read sees it.
 fn fence(
     world: &World,
@@ -174,14 +174,14 @@ fn fence(
         fail(
             state,
             at,
-            "15: the fence admits only a live, held lease of its term",
+            "16: the fence admits only a live, held lease of its term",
             format!("the fence of term {term} passed on {row:?}"),
         );
     }
     passed
 }
 
-/// COMMIT at database time `now`: property 15 on the row it commits beside.
+/// COMMIT at database time `now`: property 16 on the row it commits beside.
 fn commit(
     world: &World,
     state: &mut super::world::State,
@@ -197,7 +197,7 @@ fn commit(
         fail(
             state,
             at,
-            "15: no fenced write of term T commits after term T+1 started",
+            "16: no fenced write of term T commits after term T+1 started",
             format!("transaction {transaction} of term {term} commits in term {later}"),
         );
     }

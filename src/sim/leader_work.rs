@@ -1,4 +1,4 @@
-//! Leader work in the simulation, and property 14.
+//! Leader work in the simulation, and property 15.
 //!
 //! The hook supervisor is modelled by its step-down order (`hooks/supervisor/`): one
 //! leader command per term, started on `Elected` with lease left, stopped on a step-down
@@ -8,7 +8,7 @@
 //! a daemon frozen or killed leaves it running, and its guard kills it at the last fence
 //! deadline it was sent. While it runs it writes through the fence (`fenced.rs`).
 //!
-//! Property 14: leader work runs only while its node holds a live lease in its own term
+//! Property 15: leader work runs only while its node holds a live lease in its own term
 //! by the database clock, judged at every event and when the work is gone (it runs until
 //! reaped, a SIGKILL taking up to [`KILL_TAKES`]).
 
@@ -343,7 +343,7 @@ async fn work(work: Work, shared: Arc<WorkShared>, gone: watch::Sender<bool>) {
 }
 
 impl World {
-    /// Property 14 when a work is gone: it ran until now, so the lease must still be live.
+    /// Property 15 when a work is gone: it ran until now, so the lease must still be live.
     fn check_work_gone(&self, label: &str) {
         let now = Instant::now();
         let mut state = self.state.lock().unwrap();

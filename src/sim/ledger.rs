@@ -1,5 +1,5 @@
 //! What the world records of leader work (`leader_work.rs`) and its fenced transactions
-//! (`fenced.rs`), and property 14 judged on it.
+//! (`fenced.rs`), and property 15 judged on it.
 
 use std::collections::BTreeSet;
 
@@ -20,23 +20,25 @@ pub(super) struct WorkView {
 }
 
 impl WorkView {
-    /// Whether `row` lets it run: its node holds a live lease in its term.
+    /// Whether `row` lets it run: its node holds a live lease in its term. Or in a later
+    /// term its node reacquired, while the work of the term before is being killed (the
+    /// fence refuses that work's writes then: it fails closed).
     pub(super) fn held(&self, row: Option<&LeaseRow>) -> bool {
         row.is_some_and(|r| {
             r.holder.as_deref() == Some(self.node_id.as_str())
-                && r.term == self.term
+                && r.term >= self.term
                 && !r.remaining().is_zero()
         })
     }
 }
 
-/// Property 14: leader work runs only while its node holds a live lease in its own term,
+/// Property 15: leader work runs only while its node holds a live lease in its own term,
 /// judged on `row` as the database sees it now.
 pub(super) const LEADER_WORK: &str =
-    "14: leader work runs only while its node holds a live lease in its term";
+    "15: leader work runs only while its node holds a live lease in its term";
 
 impl Ledger {
-    /// Property 14 on the row now: the first work that runs outside its lease.
+    /// Property 15 on the row now: the first work that runs outside its lease.
     pub(super) fn judge(&self, row: Option<&LeaseRow>) -> Option<(&'static str, String)> {
         let work = self.works.iter().find(|w| w.running && !w.held(row))?;
         Some((

@@ -30,9 +30,9 @@ mod models;
 mod node;
 mod operator_checks;
 mod operators;
-mod readers;
 mod outcome_state;
 mod outcomes;
+mod readers;
 mod schedule;
 #[cfg(test)]
 mod seeds;

@@ -91,7 +91,7 @@ pub(super) struct State {
     leaderless_since: Option<Instant>,
     /// Statements sent in the run.
     pub(super) statements: u64,
-    /// Leader work and its fenced writes (properties 14 and 15).
+    /// Leader work and its fenced writes (properties 15 and 16).
     pub(super) leader_work: super::ledger::Ledger,
     /// What the outcome properties follow (`outcomes.rs`).
     pub(super) outcomes: super::outcome_state::Outcomes,
