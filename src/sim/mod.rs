@@ -14,11 +14,15 @@
 //! - `db`: connections onto it, with per-statement faults.
 //! - `node`: one `leaderd run` process and the models of what it runs beside the election.
 //! - `world`: what the simulation knows, and the properties.
+//! - `failures`: rollbacks, clock steps, the new primary's clock and the operators'
+//!   connection's faults, drawn and kept; `failover` plays them.
 //! - `trace`: the record of a run.
 
 mod database;
 mod db;
 mod direct;
+mod failover;
+mod failures;
 mod models;
 mod node;
 mod operator_checks;
@@ -286,14 +290,22 @@ fn act(world: &Arc<World>, slots: &mut [Slot], action: &Action, rng: &mut SmallR
         | (Fault::LostAnswers { .. }, _)
         | (Fault::FailedStatements { .. }, _) => {}
         (Fault::RefuseConnections, true) => {
-            world.state.lock().unwrap().db.refuse_until = Some(Instant::now() + length);
+            world
+                .state
+                .lock()
+                .unwrap()
+                .db
+                .refuse(Instant::now() + length);
         }
         (Fault::Restart, true) => {
             let mut state = world.state.lock().unwrap();
             state.db.epoch += 1;
-            state.db.refuse_until = Some(Instant::now() + length);
+            state.db.refuse(Instant::now() + length);
         }
-        (Fault::Restart, false) => {
+        // Down for the window: the promotion delay, cut short where the faults end.
+        (Fault::Failover { lost, clock_us, .. }, true) => world.fail_over(*lost, length, *clock_us),
+        (Fault::ClockStep { by_us }, true) => world.step_clock(*by_us),
+        (Fault::Restart | Fault::Failover { .. }, false) => {
             // Listeners connect again, and wake once (a release may have been missed).
             let mut state = world.state.lock().unwrap();
             state.db.listeners.retain(|(_, l)| !l.is_closed());
