@@ -27,6 +27,11 @@ impl World {
         // The holds of manual moves the database forgot (property 9 judges the rest).
         let kept_before = now - lost;
         state.moved_away.retain(|_, moved| *moved < kept_before);
+        // Property 5 counts afresh: a node redoes what the database forgot (a preemption,
+        // say), which is no busy loop.
+        for process in &mut state.processes {
+            process.sent.clear();
+        }
         self.clock_step_us
             .fetch_add(clock_us, std::sync::atomic::Ordering::Relaxed);
         let row = state.db.table.lease_row(ELECTION, self.db_clock(now));

@@ -20,6 +20,10 @@ impl World {
         let db = &mut self.db;
         db.failures
             .fail_over(&mut db.table, self.now, lost, clock_us, row);
+        // Property 5 counts afresh: a node redoes what the database forgot.
+        for process in &mut self.processes {
+            process.sent.clear();
+        }
         let row = self.db.table.lease_row(ELECTION, self.db_clock());
         self.note("driver", || format!("the new primary has {row:?}"));
     }
