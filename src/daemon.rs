@@ -111,10 +111,16 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     // A database outage, logged while it lasts (at most every 10 s, with its cause).
     let outage = crate::outage::OutageLog::default();
     let outage_log = outage.spawn(election.round_errors());
+    // A database clock that steps by more than the safety margin, warned of (a log line).
+    let clock_jumps = std::sync::Mutex::new(crate::election::ClockJumps::new(
+        crate::election::safety_margin(config.election.ttl),
+    ));
     election.observe(Arc::new(move |report| {
         if report.error_kind.is_none() {
             outage.round_ok();
         }
+        let mut jumps = clock_jumps.lock().unwrap_or_else(|e| e.into_inner());
+        jumps.observe(report, tokio::time::Instant::now());
         observer_metrics.observe_round(report);
         rounds_completed.send_replace(report.completed);
         round_times.send_replace(Some(std::time::Instant::now()));

@@ -15,6 +15,7 @@
 //! - `status`: what the election publishes ([`Status`], [`Role`], [`RoleEvent`],
 //!   [`RoundReport`]).
 //! - `clock`: the monotonic clock and CLOCK_BOOTTIME ([`BootClock`]), and instants on both.
+//! - `clock_jump`: a warning when the measured database clock offset jumps ([`ClockJumps`]).
 //! - `machine`: the election as one state machine with no I/O: its `State`, and `step`,
 //!   which takes what happened and returns what to do; `machine/round` takes a round
 //!   through its statements, `machine/fold` says what a finished round means.
@@ -24,6 +25,7 @@
 //!   [`ClaimGate`], [`CandidacyGate`]).
 
 pub(crate) mod clock;
+mod clock_jump;
 mod handles;
 pub(crate) mod machine;
 mod run;
@@ -31,6 +33,7 @@ pub mod settings;
 mod status;
 
 pub use clock::{BootClock, boottime};
+pub use clock_jump::{ClockJump, ClockJumps};
 pub use handles::{CandidacyGate, ClaimGate, FenceHandle, RenewHandle, ResignHandle};
 pub use run::Election;
 pub use settings::{ElectionSettings, Setting, SettingsError, safety_margin};

@@ -20,6 +20,8 @@ pub(super) struct Db {
     /// Terms the row let start against its operator columns (property, detail), for the
     /// next check to report.
     pub(super) breaches: Vec<(&'static str, String)>,
+    /// Rollbacks and clock steps (`failures.rs`).
+    pub(super) failures: super::failures::Failures,
 }
 
 /// Properties 11 and 12, judged on the row as it was just before a term started.
@@ -59,6 +61,7 @@ impl Db {
             refuse_until: None,
             listeners: Vec::new(),
             breaches: Vec::new(),
+            failures: Default::default(),
         }
     }
 
@@ -70,6 +73,12 @@ impl Db {
                 let _ = listener.try_send(());
             }
         }
+    }
+
+    /// New connections are refused until `until` at least (a shorter refusal while a
+    /// longer one lasts, a restart during a failover's promotion, does not end it).
+    pub(super) fn refuse(&mut self, until: Instant) {
+        self.refuse_until = Some(self.refuse_until.map_or(until, |u| u.max(until)));
     }
 
     pub(super) fn refusing(&self, now: Instant) -> bool {

@@ -61,14 +61,6 @@ impl Dice {
         Dice { rng, windows }
     }
 
-    /// A quiet connection: an operator's, say.
-    pub(super) fn quiet(rng: SmallRng) -> Dice {
-        Dice {
-            rng,
-            windows: Vec::new(),
-        }
-    }
-
     pub(super) fn fate(&mut self, now: Instant) -> Fate {
         let quick = Duration::from_micros(300);
         let mut fate = Fate {
@@ -188,6 +180,9 @@ impl SimStore {
                     return Err(StoreError::QueryTimeout { after: fate.there });
                 }
                 let clock = world.db_clock(if at_arrival { arrived } else { Instant::now() });
+                let db = &mut state.db;
+                db.failures
+                    .before_statement(Instant::now() - world.start, &db.table);
                 let value = apply(&mut state.db, clock);
                 drop(state);
                 world.trace(&who, format!("{what} -> {value:?}"));
@@ -245,8 +240,10 @@ impl LeaseStore for SimStore {
         self.statement(format!("claim {}", lease.term), true, move |db, now| {
             let before = db.table.lease_row(&lease.name, now);
             let claimed = db.table.claim(now, &lease);
-            if claimed.is_some() {
+            if let Some(term) = claimed {
                 judge_new_term(db, before, &lease.holder, None);
+                let breach = db.failures.issued(term, &lease.holder);
+                db.breaches.extend(breach);
             }
             claimed
         })
@@ -258,8 +255,10 @@ impl LeaseStore for SimStore {
         self.statement(format!("reacquire {}", lease.term), true, move |db, now| {
             let before = db.table.lease_row(&lease.name, now);
             let reacquired = db.table.reacquire(now, &lease);
-            if reacquired.is_some() {
+            if let Some(term) = reacquired {
                 judge_new_term(db, before, &lease.holder, Some(lease.term));
+                let breach = db.failures.issued(term, &lease.holder);
+                db.breaches.extend(breach);
             }
             reacquired
         })

@@ -17,6 +17,8 @@
 //! - `world`: what the simulation knows, and the properties.
 //! - `wall`: the nodes' wall clocks and their steps.
 //! - `readers`: the status file as its readers see it (property 14).
+//! - `failures`: rollbacks, clock steps, the new primary's clock and the operators'
+//!   connection's faults, drawn and kept; `failover` plays them.
 //! - `trace`: the record of a run.
 //! - `seeds`: each CI run's fresh seeds, beside the fixed ones.
 
@@ -26,6 +28,8 @@ mod direct;
 mod fenced;
 mod leader_work;
 mod ledger;
+mod failover;
+mod failures;
 mod models;
 mod node;
 mod operator_checks;
@@ -304,15 +308,23 @@ fn act(world: &Arc<World>, slots: &mut [Slot], action: &Action, rng: &mut SmallR
         | (Fault::LostAnswers { .. }, _)
         | (Fault::FailedStatements { .. }, _) => {}
         (Fault::RefuseConnections, true) => {
-            world.state.lock().unwrap().db.refuse_until = Some(Instant::now() + length);
+            world
+                .state
+                .lock()
+                .unwrap()
+                .db
+                .refuse(Instant::now() + length);
         }
         (Fault::Restart, true) => {
             let mut state = world.state.lock().unwrap();
             state.db.epoch += 1;
             state.db.table.end_every_fenced();
-            state.db.refuse_until = Some(Instant::now() + length);
+            state.db.refuse(Instant::now() + length);
         }
-        (Fault::Restart, false) => {
+        // Down for the window: the promotion delay, cut short where the faults end.
+        (Fault::Failover { lost, clock_us, .. }, true) => world.fail_over(*lost, length, *clock_us),
+        (Fault::ClockStep { by_us }, true) => world.step_clock(*by_us),
+        (Fault::Restart | Fault::Failover { .. }, false) => {
             // Listeners connect again, and wake once (a release may have been missed).
             let mut state = world.state.lock().unwrap();
             state.db.listeners.retain(|(_, l)| !l.is_closed());

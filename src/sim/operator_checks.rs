@@ -152,7 +152,9 @@ impl World {
         let disturbed =
             self.disturbed_for(asked_at - self.scenario.ttl, now, event, [Some(old), to]);
         let mut state = self.state.lock().unwrap();
-        if held {
+        // A failover while the command ran may have lost its hold (property 9 then has
+        // nothing to hold the database to; `failover.rs`).
+        if held && !state.db.failures.failed_over_since(asked_at - self.start) {
             state.moved_away.insert(old.to_owned(), now);
         }
         let Some(to) = to else { return };
@@ -234,9 +236,11 @@ impl World {
             let failing = truth
                 .failing_since
                 .is_some_and(|since| now > since + settled);
-            let stopped = truth
-                .gone
-                .is_some_and(|(since, clean)| clean && now > since + settled);
+            // A failover after a clean stop may have lost its record: judged as a kill.
+            let stopped = truth.gone.is_some_and(|(since, clean)| {
+                let record_kept = !state.db.failures.failed_over_since(since - self.start);
+                clean && record_kept && now > since + settled
+            });
             let wrong = match report.role {
                 "observer" => !observer && truth.gone.is_none(),
                 "gone" => false,

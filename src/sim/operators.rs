@@ -10,15 +10,20 @@ use tokio::time::Instant;
 use super::db::{Dice, SimStore};
 use super::world::{ELECTION, MANUAL_HOLD, World};
 
-/// Runs an operator command on a connection of its own (its statements meet no faults).
+/// Runs an operator command on a connection of its own (its statements meet the faults
+/// the schedule aims at the operators' connection, and the database's).
 pub(super) fn operator<F: std::future::Future<Output = ()> + Send + 'static>(
     world: &Arc<World>,
     rng: &mut SmallRng,
     command: impl FnOnce(SimStore) -> F,
 ) {
-    let dice = Arc::new(Mutex::new(Dice::quiet(SmallRng::seed_from_u64(
-        rng.next_u64(),
-    ))));
+    let dice = Dice::new(
+        SmallRng::seed_from_u64(rng.next_u64()),
+        world.start,
+        super::failures::OPERATOR,
+        &world.scenario.events,
+    );
+    let dice = Arc::new(Mutex::new(dice));
     let store = SimStore::new(world, None, "operator", dice);
     tokio::spawn(command(store));
 }

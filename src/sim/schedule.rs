@@ -6,6 +6,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
 
+use super::failures::{Drawn, OPERATOR};
+
 /// One node of the run (a node id; its processes come and go).
 #[derive(Debug, Clone)]
 pub(super) struct NodeSpec {
@@ -67,6 +69,16 @@ pub(super) enum Fault {
     Handover { to: usize },
     /// The node restarts with another `election.priority`.
     Priority { node: usize, priority: i64 },
+    /// An asynchronous standby is promoted: the commits of the last `lost` are gone, new
+    /// connections are refused for `delay` (the window), and the new primary's clock
+    /// reads `clock_us` off the old one's (`failover.rs`).
+    Failover {
+        lost: Duration,
+        delay: Duration,
+        clock_us: i64,
+    },
+    /// The database clock steps by `by_us` microseconds (negative: back).
+    ClockStep { by_us: i64 },
 }
 
 /// A fault over a window of the run.
@@ -242,6 +254,11 @@ impl Scenario {
             });
             events.sort_by_key(|e| e.from);
         }
+        for (from, until, drawn) in super::failures::draw(seed, ttl, busy_until) {
+            let fault = Fault::from(drawn);
+            events.push(Event { from, until, fault });
+        }
+        events.sort_by_key(|e| e.from);
         // Drawn last, as above.
         let wall_steps = super::wall::draw_wall_steps(&mut rng, count, ttl, busy_until);
         Scenario {
@@ -259,7 +276,39 @@ impl Scenario {
     }
 }
 
+impl From<Drawn> for Fault {
+    fn from(drawn: Drawn) -> Fault {
+        let node = OPERATOR;
+        match drawn {
+            Drawn::Failover {
+                lost,
+                delay,
+                clock_us,
+            } => Fault::Failover {
+                lost,
+                delay,
+                clock_us,
+            },
+            Drawn::ClockStep { by_us } => Fault::ClockStep { by_us },
+            Drawn::OperatorSlow { max } => Fault::SlowStatements { node, max },
+            Drawn::OperatorLostAnswers { p } => Fault::LostAnswers { node, p },
+            Drawn::OperatorFailures { p } => Fault::FailedStatements { node, p },
+        }
+    }
+}
+
 impl Scenario {
+    /// The most a failover of the run loses (none: no failover).
+    pub(super) fn most_lost(&self) -> Option<Duration> {
+        self.events
+            .iter()
+            .filter_map(|e| match e.fault {
+                Fault::Failover { lost, .. } => Some(lost),
+                _ => None,
+            })
+            .max()
+    }
+
     /// The scenario in a few lines, for a failure's report.
     pub(super) fn brief(&self) -> String {
         let mut text = format!(

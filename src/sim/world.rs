@@ -86,7 +86,7 @@ pub(super) struct State {
     pub(super) processes: Vec<ProcessView>,
     pub(super) violation: Option<Violation>,
     /// Which process acted as leader in each term.
-    acted: BTreeMap<i64, usize>,
+    pub(super) acted: BTreeMap<i64, usize>,
     /// Since when no process acts as leader.
     leaderless_since: Option<Instant>,
     /// Statements sent in the run.
@@ -103,6 +103,8 @@ pub(super) struct World {
     pub(super) state: Mutex<State>,
     /// From when the election must have a leader whenever a live candidate could lead.
     pub(super) quiet_from: Instant,
+    /// How far the database clock has been stepped, in microseconds (`failover.rs`).
+    pub(super) clock_step_us: std::sync::atomic::AtomicI64,
 }
 
 impl World {
@@ -122,12 +124,15 @@ impl World {
             .map(|e| e.until)
             .max()
             .unwrap_or_default();
+        let mut db = Db::new();
+        db.failures.keeps_history = super::failures::keeps_history(scenario.most_lost());
         World {
             start,
             quiet_from: start + last + settle,
+            clock_step_us: Default::default(),
             scenario,
             state: Mutex::new(State {
-                db: Db::new(),
+                db,
                 truth: vec![NodeTruth::default(); nodes],
                 moved_away: BTreeMap::new(),
                 preempted: BTreeMap::new(),
@@ -148,11 +153,15 @@ impl World {
     /// The database's clock at `now`: it runs `db_clock_ppm` faster than the nodes'.
     pub(super) fn db_clock(&self, now: Instant) -> Instant {
         let since = now.saturating_duration_since(self.start);
-        self.start + since + since.mul_f64(self.scenario.db_clock_ppm as f64 * 1e-6)
+        let at = self.start + since + since.mul_f64(self.scenario.db_clock_ppm as f64 * 1e-6);
+        let step = self
+            .clock_step_us
+            .load(std::sync::atomic::Ordering::Relaxed);
+        super::failures::stepped(at, step)
     }
 
     /// A span of the database's clock, in the nodes' time.
-    fn in_node_time(&self, span: Duration) -> Duration {
+    pub(super) fn in_node_time(&self, span: Duration) -> Duration {
         span.div_f64(1.0 + self.scenario.db_clock_ppm as f64 * 1e-6)
     }
 
@@ -249,6 +258,10 @@ impl World {
                     .map(|f| (i, f.clone(), false))
             })
             .collect();
+        let acting = self.excuse_forgotten(&mut state, now, acting);
+        if state.violation.is_some() {
+            return;
+        }
         if acting.len() > 1 {
             let who: Vec<String> = acting
                 .iter()

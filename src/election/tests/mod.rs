@@ -3,6 +3,7 @@
 //! what every topic shares: a started [`Node`], the safety invariant checked every virtual
 //! millisecond, and a log capture.
 
+mod clock_jump;
 mod handover;
 mod lost_answers;
 mod machine;

@@ -11,7 +11,7 @@ impl World {
     /// The process acting as leader now: one that says so, with its lease deadline not yet
     /// passed by its boot clock (a frozen leader's work is frozen with it, and the fence
     /// stops it at that deadline).
-    fn acting(&self) -> Vec<usize> {
+    pub(super) fn acting(&self) -> Vec<usize> {
         let boot = Duration::from_secs(1000) + self.now;
         (0..self.processes.len())
             .filter(|&i| {
@@ -52,7 +52,10 @@ impl World {
         if self.violation.is_some() {
             return;
         }
-        let acting = self.acting();
+        let acting = self.excuse_forgotten(self.acting());
+        if self.violation.is_some() {
+            return;
+        }
         if acting.len() > 1 {
             let who: Vec<String> = acting
                 .iter()

@@ -353,6 +353,7 @@ impl World {
             return self.answer(&sent, Duration::ZERO, answer);
         }
         let db_now = self.db_clock_at(sent.clock_at);
+        self.db.failures.before_statement(self.now, &self.db.table);
         let (me, table) = (sent.settings.node_id(), &mut self.db.table);
         let lease = |term| sent.settings.lease(sent.token, term);
         let before = table.lease_row(ELECTION, db_now);
@@ -361,15 +362,19 @@ impl World {
             Statement::Read => Reply::Row(before.clone()),
             Statement::Reacquire { term } => {
                 let started = table.reacquire(db_now, &lease(term));
-                if started.is_some() {
+                if let Some(new) = started {
                     judge_new_term(&mut self.db, before, me, Some(term));
+                    let breach = self.db.failures.issued(new, me);
+                    self.db.breaches.extend(breach);
                 }
                 Reply::Started(started)
             }
             Statement::Claim { expected } => {
                 let started = table.claim(db_now, &lease(expected));
-                if started.is_some() {
+                if let Some(new) = started {
                     judge_new_term(&mut self.db, before, me, None);
+                    let breach = self.db.failures.issued(new, me);
+                    self.db.breaches.extend(breach);
                 }
                 Reply::Started(started)
             }

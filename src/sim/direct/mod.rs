@@ -12,7 +12,10 @@
 //! tokio-driven runs: CI searches more seeds with it (see `tests.rs`).
 
 mod check;
+mod failover;
 mod lifecycle;
+#[cfg(test)]
+mod overlap;
 mod process;
 
 use rand::rngs::SmallRng;
@@ -78,6 +81,8 @@ pub(crate) struct DirectReport {
     pub(crate) trace: Vec<String>,
     pub(crate) statements: u64,
     pub(crate) steps: u64,
+    /// The run's failovers, and the overlap each caused.
+    pub(crate) failovers: Vec<crate::sim::failures::FailoverRecord>,
     brief: String,
 }
 
@@ -99,7 +104,11 @@ impl DirectReport {
 /// One run of `seed`, driving the machines directly. `trace`: how many of the last events
 /// to keep (a failing seed is run again with them).
 pub(crate) fn run(seed: u64, trace: usize) -> DirectReport {
-    let scenario = Scenario::draw(seed);
+    run_scenario(seed, Scenario::draw(seed), trace)
+}
+
+/// One run of `scenario`, with `seed` for every other random choice.
+pub(super) fn run_scenario(seed: u64, scenario: Scenario, trace: usize) -> DirectReport {
     let mut world = World::new(seed, scenario, trace);
     world.run();
     let brief = world.scenario.brief();
@@ -109,6 +118,7 @@ pub(crate) fn run(seed: u64, trace: usize) -> DirectReport {
         trace: world.trace.into_iter().collect(),
         statements: world.statements,
         steps: world.steps,
+        failovers: std::mem::take(&mut world.db.failures.failovers),
         brief,
     }
 }
@@ -142,10 +152,12 @@ pub(super) struct World {
 impl World {
     fn new(seed: u64, scenario: Scenario, tracing: usize) -> World {
         let windows = scenario.events.len();
+        let mut db = Db::new();
+        db.failures.keeps_history = crate::sim::failures::keeps_history(scenario.most_lost());
         let mut world = World {
             base: Instant::now(),
             now: Duration::ZERO,
-            db: Db::new(),
+            db,
             processes: Vec::new(),
             queue: BinaryHeap::new(),
             events: Vec::new(),
@@ -263,13 +275,18 @@ impl World {
         let length = event.until.saturating_sub(event.from);
         let refuse_until = self.base + self.now + length;
         match (event.fault, opens) {
-            (Fault::RefuseConnections, true) => self.db.refuse_until = Some(refuse_until),
+            (Fault::RefuseConnections, true) => self.db.refuse(refuse_until),
             (Fault::Restart, true) => {
                 self.db.epoch += 1;
-                self.db.refuse_until = Some(refuse_until);
+                self.db.refuse(refuse_until);
             }
+            // Down for the window: the promotion delay, cut short where the faults end.
+            (Fault::Failover { lost, clock_us, .. }, true) => {
+                self.fail_over(lost, length, clock_us)
+            }
+            (Fault::ClockStep { by_us }, true) => self.db.failures.step_us += by_us,
             // Listeners connect again, and wake once (a release may have been missed).
-            (Fault::Restart, false) => self.notify_all(),
+            (Fault::Restart | Fault::Failover { .. }, false) => self.notify_all(),
             (Fault::Freeze { node } | Fault::Suspend { node }, true) => {
                 self.freeze(node, event.until)
             }
@@ -365,7 +382,8 @@ impl World {
     /// The database's clock at `at` (offset from the start).
     fn db_clock_at(&self, at: Duration) -> Instant {
         let ppm = self.scenario.db_clock_ppm as f64 * 1e-6;
-        self.base + at + at.mul_f64(ppm)
+        let at = self.base + at + at.mul_f64(ppm);
+        crate::sim::failures::stepped(at, self.db.failures.step_us)
     }
 
     /// Draws the fate of a statement sent now by `process`, and schedules it.
