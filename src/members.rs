@@ -312,7 +312,21 @@ mod tests {
             member_for: Duration::from_secs(member_for),
             seen_ago: Duration::from_secs(1),
             no_preempt_for: None,
+            recorded_every: MEMBER_PERIOD,
         }
+    }
+
+    /// A node of an older version records every 10 s: it is not taken for gone between
+    /// its records during an upgrade.
+    #[test]
+    fn a_member_is_gone_after_three_of_its_own_periods() {
+        let mut m = member("a", 0, 100);
+        m.seen_ago = Duration::from_secs(7);
+        assert!(m.gone());
+        m.recorded_every = crate::store::LEGACY_MEMBER_PERIOD;
+        assert!(!m.gone());
+        m.seen_ago = Duration::from_secs(31);
+        assert!(m.gone());
     }
 
     #[test]

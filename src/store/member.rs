@@ -100,6 +100,9 @@ pub struct Member {
     pub seen_ago: Duration,
     /// It lost leadership through preemption: it preempts nobody for this long yet.
     pub no_preempt_for: Option<Duration>,
+    /// How often it records itself: [`MEMBER_PERIOD`], or [`LEGACY_MEMBER_PERIOD`] for
+    /// a record without its order (a node of an older version, during an upgrade).
+    pub recorded_every: Duration,
 }
 
 /// How often a node records itself in `leaderd_member`: often enough that a killed node
@@ -107,11 +110,14 @@ pub struct Member {
 /// per node every two seconds beside the election's one per round.
 pub const MEMBER_PERIOD: Duration = Duration::from_secs(2);
 
+/// How often nodes of versions before the record order recorded themselves.
+pub const LEGACY_MEMBER_PERIOD: Duration = Duration::from_secs(10);
+
 impl Member {
     /// It stopped, or was not seen for three record periods: its process is gone (or cut
     /// off).
     pub fn gone(&self) -> bool {
-        self.standing == Some(MemberStanding::Stopped) || self.seen_ago > MEMBER_PERIOD * 3
+        self.standing == Some(MemberStanding::Stopped) || self.seen_ago > self.recorded_every * 3
     }
 
     /// What it is now: its recorded standing, `Stopped` once gone.

@@ -41,7 +41,8 @@ pub use fence::{Fence, FenceBackend, FenceError};
 pub use lease::{Commands, HeldRow, Lease, LeaseRow, Pending, ProcessToken};
 pub use lease_store::{ControlStore, LeaseStore, StepDownRequest};
 pub use member::{
-    MEMBER_PERIOD, MEMBER_PRUNE_AFTER, Member, MemberRecord, MemberStanding, RecordOrder,
+    LEGACY_MEMBER_PERIOD, MEMBER_PERIOD, MEMBER_PRUNE_AFTER, Member, MemberRecord, MemberStanding,
+    RecordOrder,
 };
 pub use pooler::Pooler;
 pub use sql::{DbConnection, migrations_applied};

@@ -155,7 +155,7 @@ pub(in crate::store) const MYSQL: Dialect = Dialect {
                      CASE WHEN no_preempt_until > NOW(6) THEN
                          CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), no_preempt_until) DIV 1000 AS SIGNED)
                      END AS no_preempt_ms,
-                     standing
+                     standing, record_process
               FROM leaderd_member WHERE election = ? ORDER BY node_id",
     prune_members: "DELETE FROM leaderd_member
                     WHERE election = ? AND last_seen < NOW(6) - INTERVAL (? * 1000) MICROSECOND",

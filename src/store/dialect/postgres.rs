@@ -153,7 +153,7 @@ pub(in crate::store) const POSTGRES: Dialect = Dialect {
                        CASE WHEN no_preempt_until > clock_timestamp() THEN
                            (EXTRACT(EPOCH FROM (no_preempt_until - clock_timestamp())) * 1000)::BIGINT
                        END AS no_preempt_ms,
-                       standing
+                       standing, record_process
                 FROM leaderd_member WHERE election = ? ORDER BY node_id"#,
     prune_members: r#"DELETE FROM leaderd_member
                       WHERE election = ?

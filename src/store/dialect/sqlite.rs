@@ -136,7 +136,7 @@ pub(in crate::store) const SQLITE: Dialect = Dialect {
                        CASE WHEN julianday(no_preempt_until) > julianday('now') THEN
                            CAST(ROUND((julianday(no_preempt_until) - julianday('now')) * 86400000.0) AS INTEGER)
                        END AS no_preempt_ms,
-                       standing
+                       standing, record_process
                 FROM leaderd_member WHERE election = ? ORDER BY node_id"#,
     prune_members: r#"DELETE FROM leaderd_member
                       WHERE election = ?

@@ -42,6 +42,8 @@ struct MemberSql {
     member_ms: i64,
     #[diesel(sql_type = BigInt)]
     seen_ms: i64,
+    #[diesel(sql_type = diesel::sql_types::Nullable<BigInt>)]
+    record_process: Option<i64>,
     #[diesel(sql_type = Nullable<BigInt>)]
     no_preempt_ms: Option<i64>,
     #[diesel(sql_type = Nullable<Text>)]
@@ -150,6 +152,10 @@ impl DbConnection {
                 member_for: duration(row.member_ms),
                 seen_ago: duration(row.seen_ms),
                 no_preempt_for: row.no_preempt_ms.map(duration),
+                recorded_every: match row.record_process {
+                    Some(_) => crate::store::MEMBER_PERIOD,
+                    None => crate::store::LEGACY_MEMBER_PERIOD,
+                },
             })
             .collect())
     }

@@ -68,6 +68,8 @@ impl Table {
                 member_for: now.saturating_duration_since(m.started),
                 seen_ago: now.saturating_duration_since(m.last_seen),
                 no_preempt_for: m.no_preempt_until.filter(|u| now < *u).map(|u| u - now),
+                // Every record here has its order.
+                recorded_every: crate::store::MEMBER_PERIOD,
             })
             .collect()
     }
