@@ -18,7 +18,7 @@ pub use pause::{pause, resume};
 pub use step_down::{StepDownCommand, step_down};
 // The simulator runs resign and handover on its own store.
 #[cfg(test)]
-pub use step_down::{StepDownOutcome, step_down_with};
+pub use step_down::{HOLD_NOT_WRITTEN, StepDownOutcome, step_down_with};
 pub use watch::watch;
 
 /// `resign`, `handover`: no live leader to step down.

@@ -407,6 +407,10 @@ async fn step_down_in_term<S: ControlStore>(
     }
 }
 
+/// How a step-down says that its hold on the node moved away may not have been written
+/// (the simulator judges a manual move's hold only where it was).
+pub const HOLD_NOT_WRITTEN: &str = "could not hold off preemption back to";
+
 /// Keeps the node moved away from off preemption for `hold` (`--hold`), so that a manual
 /// move holds.
 async fn hold_off<S: ControlStore>(
@@ -420,9 +424,7 @@ async fn hold_off<S: ControlStore>(
         return;
     }
     if let Err(error) = store.hold_preemption(election, leader, hold).await {
-        progress(format!(
-            "could not hold off preemption back to {leader:?}: {error}"
-        ));
+        progress(format!("{HOLD_NOT_WRITTEN} {leader:?}: {error}"));
     }
 }
 

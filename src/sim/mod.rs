@@ -25,11 +25,11 @@
 mod database;
 mod db;
 mod direct;
+mod failover;
+mod failures;
 mod fenced;
 mod leader_work;
 mod ledger;
-mod failover;
-mod failures;
 mod models;
 mod node;
 mod operator_checks;

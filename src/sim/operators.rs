@@ -46,7 +46,11 @@ pub(super) async fn step_down(
     };
     let asked_at = Instant::now();
     let old = store_leader(&world);
+    // A hold whose statement failed (the operators' connection's faults) may not be in
+    // the database: property 9 has nothing to hold it to.
+    let mut hold_failed = false;
     let outcome = step_down_with(&mut store, ELECTION, &command, |said| {
+        hold_failed |= said.starts_with(crate::operator::HOLD_NOT_WRITTEN);
         world.trace("operator", said)
     })
     .await;
@@ -71,13 +75,15 @@ pub(super) async fn step_down(
             if let Some(to) = &to {
                 world.check_handover_accepted(to, asked_at);
             }
-            world.check_step_down_outcome(event, asked_at, &old, to.as_deref(), Some(new), true);
+            let held = !hold_failed;
+            world.check_step_down_outcome(event, asked_at, &old, to.as_deref(), Some(new), held);
         }
         StepDownOutcome::LedAgain { .. } | StepDownOutcome::NobodyTookOver { .. } => {
             if let Some(to) = &to {
                 world.check_handover_accepted(to, asked_at);
             }
-            world.check_step_down_outcome(event, asked_at, &old, to.as_deref(), None, true);
+            let held = !hold_failed;
+            world.check_step_down_outcome(event, asked_at, &old, to.as_deref(), None, held);
         }
         StepDownOutcome::NotAnswered { .. } | StepDownOutcome::BadTarget { .. } => {
             world.check_step_down_outcome(event, asked_at, &old, to.as_deref(), None, false);
