@@ -265,6 +265,14 @@ impl Failures {
             .any(|f| f.holder == holder && f.term == term && deadline <= f.until)
     }
 
+    /// Whether node `holder`'s lease in `term`, which the database forgot, had not yet
+    /// ended at `now` (run time): its leader work may still run on it.
+    pub(super) fn forgotten_at(&self, holder: &str, term: i64, now: Duration) -> bool {
+        self.forgotten
+            .iter()
+            .any(|f| f.holder == holder && f.term == term && now <= f.until)
+    }
+
     /// Two processes act as leader at `now`, one of them (`holder` in `term`, until
     /// `deadline`) on a forgotten lease: the overlap a lost commit causes, measured.
     pub(super) fn overlapping(

@@ -351,7 +351,12 @@ impl World {
         let Some(view) = state.leader_work.works.iter().find(|w| w.label == label) else {
             return;
         };
-        if !view.held(row.as_ref()) {
+        // A lease the database forgot is excused until its end, as in `World::check`.
+        let forgotten = state
+            .db
+            .failures
+            .forgotten_at(&view.node_id, view.term, now - self.start);
+        if !view.held(row.as_ref()) && !forgotten {
             let detail = format!(
                 "{label} ran in term {} until now, but the row is {row:?}",
                 view.term

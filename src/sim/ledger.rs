@@ -39,8 +39,15 @@ pub(super) const LEADER_WORK: &str =
 
 impl Ledger {
     /// Property 15 on the row now: the first work that runs outside its lease.
-    pub(super) fn judge(&self, row: Option<&LeaseRow>) -> Option<(&'static str, String)> {
-        let work = self.works.iter().find(|w| w.running && !w.held(row))?;
+    pub(super) fn judge(
+        &self,
+        row: Option<&LeaseRow>,
+        forgotten: impl Fn(&str, i64) -> bool,
+    ) -> Option<(&'static str, String)> {
+        let work = self
+            .works
+            .iter()
+            .find(|w| w.running && !w.held(row) && !forgotten(&w.node_id, w.term))?;
         Some((
             LEADER_WORK,
             format!(

@@ -49,11 +49,18 @@ pub(super) async fn step_down(
     // A hold whose statement failed (the operators' connection's faults) may not be in
     // the database: property 9 has nothing to hold it to.
     let mut hold_failed = false;
+    // The leader the command asked ("asked \"d\" (term …)"): the one it read when it ran,
+    // which a slow database may make another than the one leading when it was started.
+    let mut asked: Option<String> = None;
     let outcome = step_down_with(&mut store, ELECTION, &command, |said| {
         hold_failed |= said.starts_with(crate::operator::HOLD_NOT_WRITTEN);
+        if let Some(rest) = said.strip_prefix("asked \"") {
+            asked = rest.split('"').next().map(str::to_owned);
+        }
         world.trace("operator", said)
     })
     .await;
+    let old = asked.or(old);
     let outcome = match outcome {
         Ok(outcome) => outcome,
         Err(error) => return world.trace("operator", format!("exit 69: {error}")),

@@ -43,7 +43,9 @@ impl World {
         [old, to]: [Option<&str>; 2],
     ) -> bool {
         let settle = self.settle();
-        let id = |node: usize| Some(self.scenario.nodes[node].id.as_str());
+        // The operators' connection (`failures::OPERATOR`) is no node: its faults count
+        // as the database's.
+        let id = |node: usize| self.scenario.nodes.get(node).map(|n| n.id.as_str());
         self.scenario.events.iter().enumerate().any(|(i, e)| {
             let on = match e.fault {
                 Fault::SlowStatements { node, .. }
@@ -60,7 +62,7 @@ impl World {
                 _ => None,
             };
             i != except
-                && on.is_none_or(|node| id(node) == old || id(node) == to)
+                && on.is_none_or(|node| id(node).is_none() || id(node) == old || id(node) == to)
                 && self.start + e.from < until
                 && self.start + e.until + settle > from
         })

@@ -86,7 +86,21 @@ impl World {
                 .filter(|by| *by < 0)
                 .sum();
             let read = shift(self.wall(view.node, now), -back);
-            if document.valid_at(read) {
+            // A lease the database acknowledged and then forgot (a failover that lost
+            // commits) is excused here as for properties 1 and 2 (`failover.rs`): no
+            // protocol on top of such a database can keep its readers from it.
+            let forgotten = view
+                .file
+                .as_ref()
+                .and_then(|f| Some((f.term?, f.lease_deadline?)))
+                .is_some_and(|(term, deadline)| {
+                    let deadline = deadline.saturating_duration_since(self.start);
+                    state
+                        .db
+                        .failures
+                        .forgotten(&document.node_id, term, deadline)
+                });
+            if document.valid_at(read) && !forgotten {
                 valid.push((view.label.clone(), document.node_id.clone(), document.term));
             }
         }

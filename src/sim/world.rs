@@ -234,7 +234,13 @@ impl World {
         }
         self.watch_outcomes(&mut state, now);
         let row = state.db.table.lease_row(ELECTION, self.db_clock(now));
-        if let Some((property, detail)) = state.leader_work.judge(row.as_ref()) {
+        // Work on a lease the database acknowledged and then forgot (a failover that lost
+        // commits) is excused until that lease's end, as acting on it is (`failover.rs`).
+        let since = now - self.start;
+        let judged = state.leader_work.judge(row.as_ref(), |node, term| {
+            state.db.failures.forgotten_at(node, term, since)
+        });
+        if let Some((property, detail)) = judged {
             return fail(&mut state, at, property, detail);
         }
         // A node acts as leader while it says so, and also while its status file still

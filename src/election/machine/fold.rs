@@ -103,9 +103,7 @@ impl Machine {
                 } else {
                     debug!(%error, failures = link.failures, "database round failed again");
                 }
-                let backoff = RETRY_BASE
-                    .saturating_mul(1 << (link.failures - 1).min(16))
-                    .min(settings.poll);
+                let backoff = retry_backoff(link.failures, settings.poll);
                 // Before the status that reports it: whoever sees that finds the error.
                 actions.push(Action::RoundFailed(error));
                 if !self.is_leading() {
@@ -121,6 +119,7 @@ impl Machine {
             true => round_trip,
             false => Duration::ZERO,
         };
+        let failures_before = self.link.failures;
         if self.link.failures > 0 {
             info!(failures = self.link.failures, election = %settings.name, "database reachable again");
             self.link.failures = 0;
@@ -175,7 +174,7 @@ impl Machine {
                     // than leave the row idle.
                     _ => {
                         self.publish(now, Role::Unknown, None, Some(term), None, actions);
-                        at
+                        self.at_once_unless_failing(at, failures_before)
                     }
                 }
             }
@@ -254,7 +253,9 @@ impl Machine {
                     // Start the next term at once, unless the row says the reacquire
                     // would be refused (a pause over a lapsed lease, a resign or a
                     // handover away from this node): then wait as a follower does.
-                    (State::Lapsed { term, .. }, Some(row)) if row.reacquirable_by(me, *term) => at,
+                    (State::Lapsed { term, .. }, Some(row)) if row.reacquirable_by(me, *term) => {
+                        self.at_once_unless_failing(at, failures_before)
+                    }
                     // Poll again right when the lease can be claimed (spread a little):
                     // when it lapses, and a pause or another node's handover window is
                     // over, if that is before the next regular poll. Not capped by the
@@ -276,6 +277,19 @@ impl Machine {
         }
     }
 
+    /// When to start the next term after a lapse: at once, unless the round before this one
+    /// failed. Then the failures still count, and the reacquire waits their backoff: a
+    /// reacquire whose answer is lost (in doubt), then refused and read back as this
+    /// node's, would otherwise loop every retry pause with three statements a time, the
+    /// count starting afresh at each good answer (direct seed 59352).
+    fn at_once_unless_failing(&mut self, at: Instant, failures_before: u32) -> Instant {
+        if failures_before == 0 {
+            return at;
+        }
+        self.link.failures = failures_before;
+        at + retry_backoff(failures_before, self.settings.poll)
+    }
+
     /// Warns when round trips eat into the margin a leader has to renew.
     fn check_round_trip(&mut self, round_trip: Duration) {
         let margin = self.settings.renew_margin();
@@ -295,4 +309,12 @@ impl Machine {
             );
         }
     }
+}
+
+/// The pause before the next round after `failures` failed ones in a row: from
+/// `RETRY_BASE`, doubling, at most `poll`.
+fn retry_backoff(failures: u32, poll: Duration) -> Duration {
+    RETRY_BASE
+        .saturating_mul(1 << failures.saturating_sub(1).min(16))
+        .min(poll)
 }
