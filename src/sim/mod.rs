@@ -19,6 +19,7 @@
 mod database;
 mod db;
 mod direct;
+mod exhaustive;
 mod models;
 mod node;
 mod operator_checks;

@@ -11,9 +11,10 @@
 //! It checks properties 1 to 6 and 11 to 12 after every event, many times faster than the
 //! tokio-driven runs: CI searches more seeds with it (see `tests.rs`).
 
-mod check;
+pub(super) mod check;
 mod lifecycle;
 mod process;
+pub(super) mod statement;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
