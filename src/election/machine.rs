@@ -9,6 +9,8 @@
 
 #[cfg(test)]
 mod fingerprint;
+#[cfg(test)]
+pub(crate) use fingerprint::hash_debug;
 mod fold;
 mod publish;
 mod round;

@@ -18,7 +18,7 @@ mod node;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use model::{Bound, Choice, World};
+use model::{Bound, COMMANDED, Choice, LOST_LEAD, STOPPED, TAKEOVER, World};
 
 /// What a search found.
 struct Found {
@@ -27,6 +27,8 @@ struct Found {
     steps: u64,
     /// The property broken, and the path to it.
     violation: Option<(String, Vec<Choice>)>,
+    /// The milestones some path reached.
+    reached: u8,
 }
 
 /// A path longer than this has stopped moving on (time cannot pass).
@@ -38,6 +40,7 @@ struct Search {
     steps: u64,
     path: Vec<Choice>,
     violation: Option<(String, Vec<Choice>)>,
+    reached: u8,
 }
 
 impl Search {
@@ -55,6 +58,7 @@ impl Search {
             let mut next = world.clone();
             next.take(choice, fault);
             self.steps += 1;
+            self.reached |= next.reached;
             self.path.push(choice);
             if let Some(violation) = &next.violation {
                 self.violation = Some((violation.clone(), self.path.clone()));
@@ -85,6 +89,7 @@ fn search(bound: Bound) -> Found {
         steps: 0,
         path: Vec::new(),
         violation: None,
+        reached: 0,
     };
     search.seen.insert(start.fingerprint(), bound.faults);
     search.explore(&start);
@@ -92,6 +97,7 @@ fn search(bound: Bound) -> Found {
         states: search.seen.len(),
         steps: search.steps,
         violation: search.violation,
+        reached: search.reached,
     }
 }
 
@@ -125,5 +131,18 @@ fn properties_1_2_3_and_6_hold_in_every_state_within_the_bound() {
     );
     if let Some((property, path)) = found.violation {
         panic!("broke property {property}\npath: {path:?}");
+    }
+    // The search reaches what it is for: a lapse or a refused renewal, a takeover, a
+    // finished stop, an operator command that took.
+    for (milestone, what) in [
+        (LOST_LEAD, "a leader losing its lease"),
+        (TAKEOVER, "a takeover"),
+        (STOPPED, "a finished stop"),
+        (COMMANDED, "an operator command"),
+    ] {
+        assert!(
+            found.reached & milestone != 0,
+            "the search never reached {what}"
+        );
     }
 }

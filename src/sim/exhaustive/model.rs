@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::node::{BOOT_AT_START, Flight, Node, QUERY_TIMEOUT, TTL};
 use crate::election::Role;
-use crate::election::machine::{Reply, Statement};
+use crate::election::machine::{Reply, Statement, hash_debug};
 use crate::sim::direct::check::row_backs;
 use crate::sim::direct::statement::run_statement;
 use crate::sim::world::ELECTION;
@@ -54,12 +54,19 @@ pub(super) struct Bound {
     /// Virtual time.
     pub(super) horizon: Duration,
     /// Faults along one path: an answer late, lost or never coming, a statement slow to
-    /// run (time moves on before it runs), a status file slow to answer, an abandoned
-    /// statement that runs after all, a stop, an operator command.
+    /// run (time moves on before it runs, however far), a status file slow to answer, an
+    /// abandoned statement that runs after all, a stop, an operator command.
     pub(super) faults: u8,
     /// Of those, stops and operator commands (resign, handover).
     pub(super) stops: u8,
     pub(super) commands: u8,
+}
+
+impl Flight {
+    /// Whether it waits to run, or for the status file: time moving on makes it slow.
+    fn waits(&self) -> bool {
+        self.ran.is_none() || matches!(self.statement, Statement::AwaitDurable { .. })
+    }
 }
 
 impl Choice {
@@ -70,10 +77,9 @@ impl Choice {
         match self {
             Choice::Roundtrip(_) | Choice::Arrive(_) | Choice::PassOn(_) => false,
             Choice::Advance(_) => world.nodes.iter().any(|node| {
-                node.flight.as_ref().is_some_and(|flight| {
-                    flight.ran.is_none()
-                        || matches!(flight.statement, Statement::AwaitDurable { .. })
-                })
+                node.flight
+                    .as_ref()
+                    .is_some_and(|flight| flight.waits() && !flight.slow)
             }),
             _ => true,
         }
@@ -93,7 +99,16 @@ pub(super) struct World {
     commands_left: u8,
     horizon: Duration,
     pub(super) violation: Option<String>,
+    /// Which of the milestones below this path has reached (not part of the state).
+    pub(super) reached: u8,
 }
+
+/// Milestones, to show what the search reaches: a leader lost its lease unstopped, the
+/// other node led after the first, a node finished its stop, an operator command took.
+pub(super) const LOST_LEAD: u8 = 1;
+pub(super) const TAKEOVER: u8 = 2;
+pub(super) const STOPPED: u8 = 4;
+pub(super) const COMMANDED: u8 = 8;
 
 impl World {
     pub(super) fn faults_left(&self) -> u8 {
@@ -113,6 +128,7 @@ impl World {
             commands_left: bound.commands,
             horizon: bound.horizon,
             violation: None,
+            reached: 0,
         };
         world.fire_timers();
         world
@@ -176,7 +192,7 @@ impl World {
         }
         if self.commands_left > 0 {
             for command in [Choice::Resign, Choice::Handover] {
-                if self.clone().command(command) {
+                if self.command(&mut self.table.clone(), command) {
                     choices.push(command);
                 }
             }
@@ -215,28 +231,23 @@ impl World {
     }
 
     /// An operator command, if the row takes it.
-    fn command(&mut self, command: Choice) -> bool {
+    fn command(&self, table: &mut Table, command: Choice) -> bool {
         let db_now = self.db_clock();
-        let Some(row) = self.table.lease_row(ELECTION, db_now) else {
+        let Some(row) = table.lease_row(ELECTION, db_now) else {
             return false;
         };
         let Some(holder) = row.live_holder().map(str::to_owned) else {
             return false;
         };
         match command {
-            Choice::Resign => self
-                .table
-                .request_resign(db_now, ELECTION, &holder, row.term),
+            Choice::Resign => table.request_resign(db_now, ELECTION, &holder, row.term),
             // The operator refuses a target that could not lead.
             _ => {
                 let Some(to) = self.nodes.iter().find(|n| n.id != holder) else {
                     return false;
                 };
                 let (to, could_lead) = (to.id, !to.stopped && !to.stop && !to.finished);
-                could_lead
-                    && self
-                        .table
-                        .request_handover(db_now, ELECTION, &holder, row.term, to, true)
+                could_lead && table.request_handover(db_now, ELECTION, &holder, row.term, to, true)
             }
         }
     }
@@ -267,6 +278,9 @@ impl World {
         let effects = self.nodes[index].pump(self.base, self.now);
         if self.violation.is_none() {
             self.violation = effects.violation;
+        }
+        if effects.lost_lead {
+            self.reached |= LOST_LEAD;
         }
     }
 
@@ -316,11 +330,23 @@ impl World {
             }
             Choice::Resign | Choice::Handover => {
                 self.commands_left -= 1;
-                self.command(choice);
+                let mut table = std::mem::take(&mut self.table);
+                if self.command(&mut table, choice) {
+                    self.reached |= COMMANDED;
+                }
+                self.table = table;
             }
-            Choice::Advance(to) => self.now = to,
+            Choice::Advance(to) => {
+                self.now = to;
+                for flight in self.nodes.iter_mut().filter_map(|n| n.flight.as_mut()) {
+                    flight.slow |= flight.waits();
+                }
+            }
         }
         self.fire_timers();
+        if self.nodes.iter().any(|node| node.finished) {
+            self.reached |= STOPPED;
+        }
         self.check();
     }
 
@@ -369,7 +395,12 @@ impl World {
                 return;
             }
             Some(_) => {}
-            None => self.acted.push((term, index)),
+            None => {
+                if self.acted.iter().any(|&(_, other)| other != index) {
+                    self.reached |= TAKEOVER;
+                }
+                self.acted.push((term, index));
+            }
         }
         let node = &mut self.nodes[index];
         if node.last_term.is_some_and(|last| term < last) {
@@ -386,7 +417,7 @@ impl World {
     pub(super) fn fingerprint(&self) -> u64 {
         let mut hasher = DefaultHasher::new();
         self.now.hash(&mut hasher);
-        format!("{:?}", self.table).hash(&mut hasher);
+        hash_debug(&self.table, &mut hasher);
         for node in &self.nodes {
             node.fingerprint(&mut hasher);
         }

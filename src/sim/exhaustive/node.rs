@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use crate::election::clock::Instants;
-use crate::election::machine::{Action, Input, Machine, Moment, Reply, Statement};
+use crate::election::machine::{Action, Input, Machine, Moment, Reply, Statement, hash_debug};
 use crate::election::{ElectionSettings, Role, Status};
 use crate::sim::world::ELECTION;
 use crate::store::{ProcessToken, StoreError};
@@ -31,6 +31,9 @@ pub(super) struct Flight {
     pub(super) statement: Statement,
     pub(super) sent_at: Duration,
     pub(super) ran: Option<Reply>,
+    /// Time moved on before it ran or, for the status file, answered (one fault however
+    /// long that lasts).
+    pub(super) slow: bool,
 }
 
 /// One node process.
@@ -60,6 +63,8 @@ pub(super) struct Node {
 pub(super) struct Effects {
     /// A published status that breaks property 2 at its source.
     pub(super) violation: Option<String>,
+    /// A leader stopped acting without being stopped (for the check's coverage).
+    pub(super) lost_lead: bool,
 }
 
 impl Node {
@@ -189,6 +194,7 @@ impl Node {
                         statement,
                         sent_at: now,
                         ran,
+                        slow: false,
                     });
                 }
                 Action::Abandon => {
@@ -201,6 +207,14 @@ impl Node {
                 Action::Publish(status) => {
                     if effects.violation.is_none() {
                         effects.violation = self.published_too_late(&status, base, now);
+                    }
+                    // A leader that lost its lease without a stop: a lapse or a refused
+                    // renewal.
+                    if self.status.role == Role::Leader
+                        && status.role != Role::Leader
+                        && !self.stopped
+                    {
+                        effects.lost_lead = true;
                     }
                     self.status = status;
                 }
@@ -239,11 +253,11 @@ impl Node {
     /// Feeds what decides the node's future into `hasher`.
     pub(super) fn fingerprint(&self, hasher: &mut impl Hasher) {
         self.machine.fingerprint(hasher);
-        format!("{:?}|{:?}|{:?}", self.flight, self.orphan, self.arrived).hash(hasher);
+        hash_debug(&(&self.flight, &self.orphan, &self.arrived), hasher);
         (self.stop, self.stopped, self.finished).hash(hasher);
         (self.resign, self.passed_on, self.look_at).hash(hasher);
         let status = &self.status;
-        format!("{:?}", status.role).hash(hasher);
+        hash_debug(&status.role, hasher);
         (status.term, status.lease_deadline_boot, self.last_term).hash(hasher);
     }
 }
