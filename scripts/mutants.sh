@@ -89,7 +89,7 @@ for patch in "${patches[@]}"; do
     continue
   fi
   # The fixed seeds only, so that the table's counts are seeds from 0.
-  out=$(LEADERD_SIM_FRESH_SEEDS=0 cargo test -q --lib sim:: 2>&1 || true)
+  out=$(LEADERD_SIM_FRESH_SEEDS=0 LEADERD_SIM_SEEDS=${LEADERD_SIM_SEEDS:-10000} LEADERD_SIM_DIRECT_SEEDS=${LEADERD_SIM_DIRECT_SEEDS:-20000} cargo test -q --lib sim:: 2>&1 || true)
   unit=""
   if ! grep -q "test result: FAILED" <<<"$out"; then
     unit=$(cargo test -q --lib -- election:: store:: 2>&1 || true)

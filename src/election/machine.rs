@@ -7,6 +7,10 @@
 //! statements is in `machine/round.rs`, and what a finished round means in
 //! `machine/fold.rs`.
 
+#[cfg(test)]
+mod fingerprint;
+#[cfg(test)]
+pub(crate) use fingerprint::hash_debug;
 mod fold;
 mod publish;
 mod round;
@@ -157,7 +161,7 @@ pub(crate) enum Statement {
 }
 
 /// A statement's answer.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Reply {
     /// Renew, accept, release: whether the row changed.
     Done(bool),
@@ -193,7 +197,7 @@ pub(crate) enum Action {
 }
 
 /// The health of the connection to the database, as rounds find it.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Link {
     /// Consecutive failed rounds (0 when the database answers).
     pub(crate) failures: u32,
@@ -206,6 +210,7 @@ pub(crate) struct Link {
 }
 
 /// One node's election, as a state machine.
+#[cfg_attr(test, derive(Clone))]
 pub(crate) struct Machine {
     pub(crate) settings: Arc<ElectionSettings>,
     /// Marks the terms this election starts, so that it can tell an in-doubt term of its

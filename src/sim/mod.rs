@@ -25,6 +25,7 @@
 mod database;
 mod db;
 mod direct;
+mod exhaustive;
 mod failover;
 mod failures;
 mod fenced;

@@ -4,8 +4,8 @@ use super::*;
 
 /// Fixed seeds CI runs (`LEADERD_SIM_SEEDS` overrides; `LEADERD_SIM_FIRST` moves the
 /// start), and fresh ones beside them (`seeds.rs`).
-const CI_SEEDS: u64 = 5_500;
-const CI_FRESH_SEEDS: u64 = 2_000;
+const CI_SEEDS: u64 = 2_500;
+const CI_FRESH_SEEDS: u64 = 500;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())

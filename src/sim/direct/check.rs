@@ -6,6 +6,25 @@ use std::time::Duration;
 use super::{ELECTION, World};
 use crate::election::{Role, Status};
 use crate::sim::world::LIVENESS_SLACK;
+use crate::store::LeaseRow;
+
+/// Property 2's test: `row`, read by the database clock, names `node_id` in `term`, and
+/// its lease ends, in the nodes' time, no earlier than the leader's `deadline` on its boot
+/// clock (`boot` now; the database clock runs `ppm` times as fast).
+pub(in crate::sim) fn row_backs(
+    row: Option<&LeaseRow>,
+    node_id: &str,
+    term: i64,
+    deadline: Duration,
+    boot: Duration,
+    ppm: f64,
+) -> bool {
+    row.is_some_and(|r| {
+        r.holder.as_deref() == Some(node_id)
+            && r.term == term
+            && deadline <= boot + r.remaining().div_f64(ppm)
+    })
+}
 
 impl World {
     /// The process acting as leader now: one that says so, with its lease deadline not yet
@@ -83,12 +102,8 @@ impl World {
             .expect("a leader has a deadline");
         let ppm = 1.0 + self.scenario.db_clock_ppm as f64 * 1e-6;
         let row = self.db.table.lease_row(ELECTION, self.db_clock());
-        // The row's lease, in the nodes' time, ends no earlier than this leader's deadline.
-        let held = row.as_ref().is_some_and(|r| {
-            r.holder.as_deref() == Some(node_id.as_str())
-                && r.term == term
-                && deadline <= Duration::from_secs(1000) + self.now + r.remaining().div_f64(ppm)
-        });
+        let boot = Duration::from_secs(1000) + self.now;
+        let held = row_backs(row.as_ref(), &node_id, term, deadline, boot, ppm);
         if !held {
             return self.fail(
                 "2: a node acts as leader only while the row names it, in its term, live",

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::process::{Process, Sent};
+use super::statement::run_statement;
 use super::{ELECTION, Event, World};
 use crate::election::ElectionSettings;
 use crate::election::clock::Instants;
@@ -354,46 +355,26 @@ impl World {
         }
         let db_now = self.db_clock_at(sent.clock_at);
         self.db.failures.before_statement(self.now, &self.db.table);
-        let (me, table) = (sent.settings.node_id(), &mut self.db.table);
-        let lease = |term| sent.settings.lease(sent.token, term);
-        let before = table.lease_row(ELECTION, db_now);
-        let reply = match sent.statement {
-            Statement::Renew { term, seen } => Reply::Done(table.renew(db_now, &lease(term), seen)),
-            Statement::Read => Reply::Row(before.clone()),
-            Statement::Reacquire { term } => {
-                let started = table.reacquire(db_now, &lease(term));
-                if let Some(new) = started {
-                    judge_new_term(&mut self.db, before, me, Some(term));
-                    let breach = self.db.failures.issued(new, me);
-                    self.db.breaches.extend(breach);
-                }
-                Reply::Started(started)
+        let ran = run_statement(
+            &mut self.db.table,
+            db_now,
+            &sent.settings,
+            sent.token,
+            sent.statement,
+        );
+        let me = sent.settings.node_id();
+        if let Some((before, reacquired)) = ran.started {
+            judge_new_term(&mut self.db, before, me, reacquired);
+            // No term is issued twice over the run, a rollback's included.
+            if let Reply::Started(Some(new)) = ran.reply {
+                let breach = self.db.failures.issued(new, me);
+                self.db.breaches.extend(breach);
             }
-            Statement::Claim { expected } => {
-                let started = table.claim(db_now, &lease(expected));
-                if let Some(new) = started {
-                    judge_new_term(&mut self.db, before, me, None);
-                    let breach = self.db.failures.issued(new, me);
-                    self.db.breaches.extend(breach);
-                }
-                Reply::Started(started)
-            }
-            Statement::AcceptHandover { term } => {
-                Reply::Done(table.accept_handover(db_now, ELECTION, me, term))
-            }
-            Statement::EnsureRow => {
-                table.ensure_row(ELECTION, db_now);
-                Reply::RowEnsured
-            }
-            Statement::Release { term } => {
-                let done = table.release(db_now, &lease(term));
-                if done {
-                    self.notify_all();
-                }
-                Reply::Done(done)
-            }
-            Statement::AwaitDurable { .. } => unreachable!("not a statement"),
-        };
+        }
+        if ran.released {
+            self.notify_all();
+        }
+        let reply = ran.reply;
         let label = self.processes[sent.process].label.clone();
         self.note(&label, || format!("{:?} runs: {reply:?}", sent.statement));
         if let Some((property, detail)) = self.db.breaches.pop() {

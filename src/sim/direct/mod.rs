@@ -11,12 +11,13 @@
 //! It checks properties 1 to 6 and 11 to 12 after every event, many times faster than the
 //! tokio-driven runs: CI searches more seeds with it (see `tests.rs`).
 
-mod check;
+pub(super) mod check;
 mod failover;
 mod lifecycle;
 #[cfg(test)]
 mod overlap;
 mod process;
+pub(super) mod statement;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};

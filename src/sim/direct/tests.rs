@@ -7,8 +7,8 @@ use super::{DirectReport, TRACE_LINES, run};
 
 /// Fixed seeds CI runs directly (`LEADERD_SIM_DIRECT_SEEDS` overrides), and fresh ones
 /// beside them (`sim/seeds.rs`).
-const CI_SEEDS: u64 = 16_000;
-const CI_FRESH_SEEDS: u64 = 4_000;
+const CI_SEEDS: u64 = 8_000;
+const CI_FRESH_SEEDS: u64 = 2_000;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
