@@ -167,7 +167,10 @@ async fn three_nodes_on_three_galera_members() {
         "samples with a second connection, per node: {more:?} of {samples} (a side lock \
          would hold one all along)"
     );
-    assert!(per_second < 8.0, "{per_second} statements/s");
+    // Each node renews or reads once a second, and records itself in the members table
+    // every 2 s on a connection opened for that record (its session settings, the upsert):
+    // 16.8 a second for three nodes, measured; a busy loop would be hundreds.
+    assert!(per_second < 25.0, "{per_second} statements/s");
 
     // SIGTERM handovers: polled, so within about one interval.
     let mut handovers = Vec::new();
