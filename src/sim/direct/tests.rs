@@ -96,3 +96,18 @@ fn a_seed_replays_the_same_trace() {
         assert_eq!(run(seed, usize::MAX).trace, run(seed, usize::MAX).trace);
     }
 }
+
+/// Seeds past the fixed ones that found a bug, replayed on every run (their fixes are
+/// named in docs/testing.md): a reacquire lost in doubt, then refused and read back as
+/// this node's own, looped every retry pause with its backoff reset (property 5).
+#[test]
+fn the_seeds_of_the_in_doubt_reacquire_loop_pass() {
+    for seed in [59352, 60996, 61590, 95593] {
+        let report = run(seed, TRACE_LINES);
+        assert!(
+            report.violation.is_none(),
+            "seed {seed}: {:?}",
+            report.violation
+        );
+    }
+}
