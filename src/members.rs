@@ -329,6 +329,95 @@ mod tests {
         assert!(m.gone());
     }
 
+    use crate::election::Status;
+    use crate::store::memory::{Faults, MemoryStore};
+    use crate::store::{LeaseStore, RecordOrder};
+
+    const ELECTION: &str = "preempted";
+
+    fn record(id: &str, priority: i64) -> MemberRecord {
+        MemberRecord {
+            election: ELECTION.to_owned(),
+            node_id: id.to_owned(),
+            standing: MemberStanding::Candidate,
+            priority,
+            version: String::new(),
+            host: String::new(),
+            order: RecordOrder::default(),
+        }
+    }
+
+    /// Leader `a` (priority 1) holds the row and is a member; `b` (priority 9, preempting
+    /// after 1 s) runs its members task with `status` saying what its election sees.
+    async fn b_beside_leader_a(
+        status: watch::Receiver<Status>,
+        b_faults: Faults,
+    ) -> (MemoryStore, watch::Sender<bool>, JoinHandle<()>) {
+        let store = MemoryStore::new();
+        let mut leader = store.handle();
+        leader.ensure_row(ELECTION).await.unwrap();
+        store.overwrite(ELECTION, "a", 7, Duration::from_secs(3600));
+        leader.record_member(&record("a", 1), true).await.unwrap();
+        let standing = watch::channel(Standing {
+            candidate: true,
+            ..Standing::default()
+        });
+        let stopping = watch::channel(false);
+        let b = store.handle();
+        b.set_faults(b_faults);
+        let task = tokio::spawn(run(
+            record("b", 9),
+            b,
+            status,
+            standing.1,
+            stopping.1,
+            Duration::from_secs(1),
+        ));
+        std::mem::forget(standing.0);
+        (store, stopping.0, task)
+    }
+
+    fn leads(leader: Option<&str>) -> Status {
+        Status {
+            leader: leader.map(str::to_owned),
+            term: leader.map(|_| 7),
+            ..Status::initial()
+        }
+    }
+
+    /// Seed 6730 of the simulator: preemption was judged only every
+    /// [`PREEMPT_PERIOD`], so a candidate that saw the leader only after its last judgement
+    /// (the election had none then) waited up to 10 s. A new leader wakes the task.
+    #[tokio::test(start_paused = true)]
+    async fn a_new_leader_is_judged_for_preemption_at_once() {
+        let (status_tx, status) = watch::channel(leads(None));
+        let (store, _stopping, task) = b_beside_leader_a(status, Faults::default()).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(store.row(ELECTION).unwrap().pending.handover_to, None);
+        status_tx.send_replace(leads(Some("a")));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let row = store.row(ELECTION).unwrap();
+        assert_eq!(row.pending.handover_to.as_deref(), Some("b"), "{row:?}");
+        task.abort();
+    }
+
+    /// Seed 3503: a preemption whose statement failed was judged again only a
+    /// [`PREEMPT_PERIOD`] later; it is retried after [`RETRY_AFTER`]. Here the first
+    /// hold's answer is lost (at 1 s, once `b` has been a member for `preempt_after`).
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_preemption_is_retried_after_a_second() {
+        let (_status_tx, status) = watch::channel(leads(Some("a")));
+        let hold_lost = Faults {
+            lose_next_write_answer: true,
+            ..Faults::default()
+        };
+        let (store, _stopping, task) = b_beside_leader_a(status, hold_lost).await;
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let row = store.row(ELECTION).unwrap();
+        assert_eq!(row.pending.handover_to.as_deref(), Some("b"), "{row:?}");
+        task.abort();
+    }
+
     #[test]
     fn only_a_higher_priority_member_of_long_enough_preempts() {
         let after = Duration::from_secs(10);

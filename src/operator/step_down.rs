@@ -478,3 +478,65 @@ fn check_target_record(members: &[Member], to: &str) -> Result<(), String> {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::{Faults, MemoryStore};
+    use crate::store::{LeaseStore, MemberRecord, RecordOrder};
+
+    fn candidate(id: &str) -> MemberRecord {
+        MemberRecord {
+            election: "moved".to_owned(),
+            node_id: id.to_owned(),
+            standing: MemberStanding::Candidate,
+            priority: 0,
+            version: String::new(),
+            host: String::new(),
+            order: RecordOrder::default(),
+        }
+    }
+
+    /// Seed 1871 of the simulator: the operator's hold on the old leader went in after
+    /// the handover request, so a preemption woken by the new leader could find none and
+    /// take the lead back. At the first instant the request is in the row, the hold is
+    /// already in the members table.
+    #[tokio::test(start_paused = true)]
+    async fn a_handover_holds_the_old_leader_off_before_it_asks() {
+        let store = MemoryStore::new();
+        let mut setup = store.handle();
+        setup.ensure_row("moved").await.unwrap();
+        store.overwrite("moved", "a", 7, Duration::from_secs(3600));
+        for id in ["a", "b"] {
+            setup.record_member(&candidate(id), true).await.unwrap();
+        }
+        let mut operator = store.handle();
+        operator.set_faults(Faults {
+            latency: Duration::from_millis(100),
+            ..Faults::default()
+        });
+        let command = StepDownCommand {
+            to: Some("b".to_owned()),
+            wait: Duration::from_secs(1),
+            hold: Duration::from_secs(60),
+            force: true,
+            poll: Duration::from_millis(50),
+        };
+        let asking =
+            tokio::spawn(
+                async move { step_down_with(&mut operator, "moved", &command, |_| {}).await },
+            );
+        loop {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let row = store.row("moved").unwrap();
+            if row.pending.handover_to.is_none() {
+                continue;
+            }
+            let members = setup.members("moved").await.unwrap();
+            let a = members.iter().find(|m| m.node_id == "a").unwrap();
+            assert!(a.no_preempt_for.is_some(), "asked before the hold: {a:?}");
+            break;
+        }
+        asking.abort();
+    }
+}

@@ -154,7 +154,13 @@ impl World {
         let Some(since) = self.leaderless_since else {
             return;
         };
-        let quiet_from = self.scenario.events.iter().map(|e| e.until).max();
+        // As the tokio-driven check: the faults settle once a step-down begun during them
+        // is over (a resign's leader work) and the resigner's hold of one ttl with it
+        // (seeds 44209, 77103: the only candidate left was the resigner).
+        let settle = (self.scenario.nodes.iter().map(|n| n.step_down).max()).unwrap_or_default()
+            + self.scenario.ttl * 2;
+        let quiet_from =
+            (self.scenario.events.iter().map(|e| e.until).max()).map(|last| last + settle);
         let since = since.max(quiet_from.unwrap_or_default());
         let bound = self.scenario.ttl + self.scenario.interval + LIVENESS_SLACK;
         let could_lead = self.processes.iter().any(|p| {

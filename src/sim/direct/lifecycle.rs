@@ -52,6 +52,13 @@ impl World {
         let unhealthy = self.scenario.events.iter().enumerate().any(|(i, e)| {
             self.open[i] && matches!(e.fault, Fault::Unhealthy { node: n } if n == node)
         });
+        // A restart drawn while its host sleeps runs from the wake: it sleeps too.
+        let host_wakes_at = (self.scenario.events.iter().enumerate())
+            .filter(|(i, e)| {
+                self.open[*i] && matches!(e.fault, Fault::Suspend { node: n } if n == node)
+            })
+            .map(|(_, e)| e.until)
+            .max();
         self.processes.push(Process {
             node,
             label: label.clone(),
@@ -66,6 +73,7 @@ impl World {
             resign: None,
             frozen_until: Duration::ZERO,
             slept: Duration::ZERO,
+            started: self.now,
             timer: 0,
             look_at: None,
             connected: None,
@@ -76,7 +84,11 @@ impl World {
             twin,
         });
         self.note(&label, || "starts".to_owned());
-        self.pump(self.processes.len() - 1);
+        let index = self.processes.len() - 1;
+        match host_wakes_at {
+            Some(until) => self.freeze_process(index, until),
+            None => self.pump(index),
+        }
     }
 
     fn live(&self, node: usize) -> impl Iterator<Item = usize> + '_ {
@@ -120,24 +132,30 @@ impl World {
     /// Freezes the node's processes until `until` (SIGSTOP, or the host asleep).
     pub(super) fn freeze(&mut self, node: usize, until: Duration) {
         for index in self.live(node).collect::<Vec<_>>() {
-            let p = &mut self.processes[index];
-            p.frozen_until = until;
-            let generation = p.timer;
-            self.at(
-                until,
-                Event::Timer {
-                    process: index,
-                    generation,
-                },
-            );
+            self.freeze_process(index, until);
         }
+    }
+
+    fn freeze_process(&mut self, index: usize, until: Duration) {
+        let p = &mut self.processes[index];
+        p.frozen_until = until;
+        let generation = p.timer;
+        self.at(
+            until,
+            Event::Timer {
+                process: index,
+                generation,
+            },
+        );
     }
 
     /// The node's host wakes after sleeping `slept`: its processes' monotonic clocks fall
     /// that far behind (their timers, on that clock, fire that much later).
     pub(super) fn woke(&mut self, node: usize, slept: Duration) {
         for index in self.live(node).collect::<Vec<_>>() {
-            self.processes[index].slept += slept;
+            let p = &mut self.processes[index];
+            // Seed 70260: a process restarted during the sleep lagged by all of it.
+            p.slept += slept.min(self.now.saturating_sub(p.started));
         }
     }
 

@@ -14,6 +14,7 @@
 pub(super) mod check;
 mod failover;
 mod lifecycle;
+mod operator;
 #[cfg(test)]
 mod overlap;
 mod process;
@@ -27,11 +28,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::database::Db;
-use super::db::CONNECT;
+use super::db::{CONNECT, Dice};
+use super::failures::OPERATOR;
 use super::schedule::{Fault, Scenario};
 use super::world::{ELECTION, skipped};
 use crate::election::machine::Reply;
 use crate::store::StoreError;
+use operator::OperatorWrite;
 use process::{Process, Sent};
 
 /// The last events a failure's report shows.
@@ -72,6 +75,11 @@ enum Event {
     Start {
         node: usize,
     },
+    /// An operator's statement reaches the database, on a connection of `epoch`.
+    Operator {
+        write: operator::OperatorWrite,
+        epoch: u64,
+    },
 }
 
 /// What a direct run found.
@@ -84,6 +92,8 @@ pub(crate) struct DirectReport {
     pub(crate) steps: u64,
     /// The run's failovers, and the overlap each caused.
     pub(crate) failovers: Vec<crate::sim::failures::FailoverRecord>,
+    /// The operators' writes: written, and lost to their connection's faults.
+    pub(crate) operator_writes: (u64, u64),
     brief: String,
 }
 
@@ -120,6 +130,7 @@ pub(super) fn run_scenario(seed: u64, scenario: Scenario, trace: usize) -> Direc
         statements: world.statements,
         steps: world.steps,
         failovers: std::mem::take(&mut world.db.failures.failovers),
+        operator_writes: world.operator_writes,
         brief,
     }
 }
@@ -148,6 +159,10 @@ pub(super) struct World {
     leaderless_since: Option<Duration>,
     /// Which process acted in each term (property 3).
     acted: std::collections::HashMap<i64, usize>,
+    /// The operators' connection's faults.
+    operators: Dice,
+    /// The operators' writes that reached the database, and those lost on the way.
+    operator_writes: (u64, u64),
 }
 
 impl World {
@@ -155,8 +170,9 @@ impl World {
         let windows = scenario.events.len();
         let mut db = Db::new();
         db.failures.keeps_history = crate::sim::failures::keeps_history(scenario.most_lost());
+        let base = Instant::now();
         let mut world = World {
-            base: Instant::now(),
+            base,
             now: Duration::ZERO,
             db,
             processes: Vec::new(),
@@ -172,6 +188,13 @@ impl World {
             next_id: 0,
             leaderless_since: None,
             acted: Default::default(),
+            operators: Dice::new(
+                SmallRng::seed_from_u64(seed ^ 0x09e7_a702),
+                base,
+                OPERATOR,
+                &scenario.events,
+            ),
+            operator_writes: (0, 0),
             scenario,
         };
         for node in 0..world.scenario.nodes.len() {
@@ -266,6 +289,7 @@ impl World {
                 self.pump(process);
             }
             Event::Start { node } => self.start(node),
+            Event::Operator { write, epoch } => self.operator_write(write, epoch),
         }
     }
 
@@ -309,57 +333,11 @@ impl World {
             }
             (Fault::StopDuringReload { node, .. }, true) => self.stop(node),
             (Fault::Unhealthy { node }, healthy) => self.set_unhealthy(node, healthy),
-            (Fault::Pause { .. }, true) => {
-                let db_now = self.db_clock();
-                self.db.table.pause(db_now, ELECTION, length);
-                self.notify_all();
-            }
-            (Fault::Pause { resume: true }, false) => {
-                self.db.table.resume(ELECTION);
-                self.notify_all();
-            }
+            (Fault::Pause { .. }, true) => self.operator_send(OperatorWrite::Pause { length }),
+            (Fault::Pause { resume: true }, false) => self.operator_send(OperatorWrite::Resume),
             (Fault::Resign, true) => self.operator(None),
             (Fault::Handover { to }, true) => self.operator(Some(to)),
             _ => {}
-        }
-    }
-
-    /// `leaderd resign`, or `handover --to` node `to`: written straight into the row.
-    fn operator(&mut self, to: Option<usize>) {
-        let db_now = self.db_clock();
-        let Some(row) = self.db.table.lease_row(ELECTION, db_now) else {
-            return;
-        };
-        let Some(holder) = row.live_holder().map(str::to_owned) else {
-            return;
-        };
-        let asked = match to {
-            None => self
-                .db
-                .table
-                .request_resign(db_now, ELECTION, &holder, row.term),
-            // The operator refuses a target that could not lead: no process of it runs,
-            // it is an observer, stopping, or unhealthy.
-            Some(to) => {
-                let could_lead = self.scenario.nodes[to].candidate
-                    && self
-                        .processes
-                        .iter()
-                        .any(|p| p.node == to && p.alive && !p.stopped && !p.unhealthy);
-                let to = self.scenario.nodes[to].id.clone();
-                could_lead
-                    && to != holder
-                    && self
-                        .db
-                        .table
-                        .request_handover(db_now, ELECTION, &holder, row.term, &to, true)
-            }
-        };
-        self.note("op", || {
-            format!("asks {holder} (term {}) to step down: {asked}", row.term)
-        });
-        if asked {
-            self.notify_all();
         }
     }
 

@@ -46,6 +46,8 @@ pub(super) struct Process {
     pub(super) frozen_until: Duration,
     /// How far its monotonic clock lags the run's: time the host slept.
     pub(super) slept: Duration,
+    /// When it started (run time): a host's sleep counts only from here.
+    pub(super) started: Duration,
     /// The generation of its pending timer.
     pub(super) timer: u64,
     /// When its leader looks at the deadline next (the loop's deadline timer).

@@ -32,8 +32,8 @@ pub struct Faults {
     pub latency: Duration,
     /// Time between an operation taking effect and its answer arriving.
     pub answer_delay: Duration,
-    /// Claims, renewals, releases and holds take effect but their answers are lost (the
-    /// caller sees an error).
+    /// Claims, renewals, releases, holds (the leader's and preemption's) and step-down
+    /// requests take effect but their answers are lost (the caller sees an error).
     pub lose_write_answers: bool,
     /// Like `lose_write_answers`, for the next claim, reacquire, renewal, release or hold
     /// only.
@@ -189,7 +189,7 @@ impl MemoryStore {
         *self.last_operation.lock().unwrap() = operation;
         let writes = matches!(
             operation,
-            "claim" | "reacquire" | "renew" | "release" | "hold"
+            "claim" | "reacquire" | "renew" | "release" | "hold" | "hold_preemption" | "step_down"
         );
         let faults = {
             let mut shared = self.faults.lock().unwrap();
