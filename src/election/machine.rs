@@ -24,8 +24,9 @@ use tracing::{info, warn};
 
 use super::clock::Instants;
 use super::settings::ElectionSettings;
-use super::status::{Role, RoleEvent, RoundReport, Status};
+use super::status::{RoleEvent, RoundReport, Status};
 use crate::store::{Commands, LeaseRow, ProcessToken, StoreError};
+use publish::View;
 pub(super) use round::{Awaiting, Round};
 
 /// How often a leader looks at CLOCK_BOOTTIME for its deadline: its timers would not
@@ -411,7 +412,7 @@ impl Machine {
                     term,
                     in_doubt: None,
                 };
-                self.publish(now, Role::Unknown, None, Some(term), None, actions);
+                self.publish(now, View::unknown(Some(term)), actions);
                 actions.push(Action::AnswerRenewals(None));
             }
         }
@@ -438,7 +439,7 @@ impl Machine {
             };
         }
         let term = self.published.term;
-        self.publish(now, Role::Unknown, None, term, None, actions);
+        self.publish(now, View::unknown(term), actions);
     }
 
     fn stop(&mut self, now: Moment, actions: &mut Vec<Action>) {

@@ -6,8 +6,20 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use super::publish::View;
 use super::round::{Outcome, Round, RoundError};
-use super::{Action, Machine, Moment, Role, RoundReport, State};
+use super::{Action, Machine, Moment, RoundReport, State};
+use crate::election::clock::Instants;
+use crate::store::LeaseRow;
+
+/// What a round that reached the database says about the link.
+struct Reached {
+    /// The round trip, if the round ran on a connection that was open already (the
+    /// first one after connecting also paid for connecting).
+    measured_trip: Duration,
+    /// How many rounds in a row had failed before this one.
+    failures_before: u32,
+}
 
 /// First retry after a failed round; doubles up to one interval.
 const RETRY_BASE: Duration = Duration::from_millis(50);
@@ -80,39 +92,59 @@ impl Machine {
         result: Result<(Outcome, Duration), RoundError>,
         actions: &mut Vec<Action>,
     ) -> Instant {
-        let settings = std::sync::Arc::clone(&self.settings);
-        let at = now.at.at;
-        let regular = (round.started.at + settings.interval).max(at);
         let (outcome, round_trip) = match result {
             Ok(ok) => ok,
-            Err(RoundError { error, in_doubt }) => {
-                if let Some(term) = in_doubt {
-                    match &mut self.state {
-                        State::Following { in_doubt, .. } | State::Lapsed { in_doubt, .. } => {
-                            *in_doubt = Some(term)
-                        }
-                        _ => {}
-                    }
-                }
-                let link = &mut self.link;
-                link.failures += 1;
-                link.connected = false;
-                link.error = Some(error.to_string());
-                if link.failures == 1 {
-                    warn!(%error, kind = error.kind(), election = %settings.name, "database round failed; retrying");
-                } else {
-                    debug!(%error, failures = link.failures, "database round failed again");
-                }
-                let backoff = retry_backoff(link.failures, settings.poll);
-                // Before the status that reports it: whoever sees that finds the error.
-                actions.push(Action::RoundFailed(error));
-                if !self.is_leading() {
-                    let term = self.published.term;
-                    self.publish(now, Role::Unknown, None, term, None, actions);
-                }
-                return at + backoff;
-            }
+            Err(error) => return self.fold_failure(now, error, actions),
         };
+        let reached = self.fold_link_reached(round_trip);
+        match outcome {
+            Outcome::Holding { term, sent } => {
+                self.fold_holding(now, round, term, sent, reached, actions)
+            }
+            Outcome::NotHeld => self.fold_not_held(now, actions),
+            Outcome::Observed(row) => self.fold_observed(now, round, row, reached, actions),
+        }
+    }
+
+    /// A failed round: the term a lost claim or reacquire may have started is in doubt,
+    /// and the next round waits the failures' backoff.
+    fn fold_failure(
+        &mut self,
+        now: Moment,
+        RoundError { error, in_doubt }: RoundError,
+        actions: &mut Vec<Action>,
+    ) -> Instant {
+        if let Some(term) = in_doubt {
+            match &mut self.state {
+                State::Following { in_doubt, .. } | State::Lapsed { in_doubt, .. } => {
+                    *in_doubt = Some(term)
+                }
+                _ => {}
+            }
+        }
+        let settings = &self.settings;
+        let link = &mut self.link;
+        link.failures += 1;
+        link.connected = false;
+        link.error = Some(error.to_string());
+        if link.failures == 1 {
+            warn!(%error, kind = error.kind(), election = %settings.name, "database round failed; retrying");
+        } else {
+            debug!(%error, failures = link.failures, "database round failed again");
+        }
+        let backoff = retry_backoff(link.failures, settings.poll);
+        // Before the status that reports it: whoever sees that finds the error.
+        actions.push(Action::RoundFailed(error));
+        if !self.is_leading() {
+            let term = self.published.term;
+            self.publish(now, View::unknown(term), actions);
+        }
+        now.at.at + backoff
+    }
+
+    /// The database answered the round: the link is up again. What the round measured of
+    /// the database, and how many rounds had failed before it.
+    fn fold_link_reached(&mut self, round_trip: Duration) -> Reached {
         debug!(round_trip_us = round_trip.as_micros() as u64, "round");
         // The first round after (re)connecting also paid for connecting.
         let measured_trip = match self.link.failures == 0 && self.link.connected {
@@ -121,7 +153,7 @@ impl Machine {
         };
         let failures_before = self.link.failures;
         if self.link.failures > 0 {
-            info!(failures = self.link.failures, election = %settings.name, "database reachable again");
+            info!(failures = self.link.failures, election = %self.settings.name, "database reachable again");
             self.link.failures = 0;
         } else if self.link.connected {
             // Only a round on an open connection measures the database: the first one
@@ -130,150 +162,187 @@ impl Machine {
         }
         self.link.connected = true;
         self.link.error = None;
-        match outcome {
-            Outcome::Holding { term, sent } => {
-                let deadline = self.lease_from(sent);
-                self.held_any = true;
-                self.state = match self.state {
-                    // A renewal that came back after we stopped acting does not restore
-                    // leadership in the same term.
-                    State::Lapsed { term: lapsed, .. } if lapsed == term => State::Lapsed {
-                        term,
-                        in_doubt: None,
-                    },
-                    // Too late by either clock: an answer that arrives after the host
-                    // slept is no fresher than its sending.
-                    _ if deadline.passed(now.at) => State::Lapsed {
-                        term,
-                        in_doubt: None,
-                    },
-                    // What the round's renewals stated (nothing, in a new term).
-                    _ => State::Leading {
-                        term,
-                        deadline,
-                        seen: round.seen,
-                        resign_passed_on: match self.state {
-                            State::Leading {
-                                term: led,
-                                resign_passed_on,
-                                ..
-                            } => led == term && resign_passed_on,
-                            _ => false,
-                        },
-                    },
-                };
-                self.published.paused = round.seen.paused;
-                match self.state {
-                    State::Leading { .. } => {
-                        let me = Some(settings.node_id.clone());
-                        self.publish(now, Role::Leader, me, Some(term), None, actions);
-                        regular
+        Reached {
+            measured_trip,
+            failures_before,
+        }
+    }
+
+    /// A claim, reacquire or renewal that holds the row in `term`, sent at `sent`: leads,
+    /// unless the answer came too late to act on.
+    fn fold_holding(
+        &mut self,
+        now: Moment,
+        round: Round,
+        term: i64,
+        sent: Instants,
+        reached: Reached,
+        actions: &mut Vec<Action>,
+    ) -> Instant {
+        let at = now.at.at;
+        let deadline = self.lease_from(sent);
+        self.held_any = true;
+        self.state = match self.state {
+            // A renewal that came back after we stopped acting does not restore
+            // leadership in the same term.
+            State::Lapsed { term: lapsed, .. } if lapsed == term => State::Lapsed {
+                term,
+                in_doubt: None,
+            },
+            // Too late by either clock: an answer that arrives after the host
+            // slept is no fresher than its sending.
+            _ if deadline.passed(now.at) => State::Lapsed {
+                term,
+                in_doubt: None,
+            },
+            // What the round's renewals stated (nothing, in a new term).
+            _ => State::Leading {
+                term,
+                deadline,
+                seen: round.seen,
+                resign_passed_on: match self.state {
+                    State::Leading {
+                        term: led,
+                        resign_passed_on,
+                        ..
+                    } => led == term && resign_passed_on,
+                    _ => false,
+                },
+            },
+        };
+        self.published.paused = round.seen.paused;
+        match self.state {
+            State::Leading { .. } => {
+                let view = View::leader(&self.settings.node_id, term);
+                self.publish(now, view, actions);
+                (round.started.at + self.settings.interval).max(at)
+            }
+            // The answer came too late to act on (the deadline timer may not have
+            // fired yet): stop acting now, and start a new term at once rather
+            // than leave the row idle.
+            _ => {
+                self.publish(now, View::unknown(Some(term)), actions);
+                self.at_once_unless_failing(at, reached.failures_before)
+            }
+        }
+    }
+
+    /// A renewal refused, and the row read shows the lease is not ours any more.
+    fn fold_not_held(&mut self, now: Moment, actions: &mut Vec<Action>) -> Instant {
+        if let State::Leading { term, .. } = self.state {
+            warn!(
+                election = %self.settings.name,
+                node = %self.settings.node_id,
+                term,
+                "the database refused the renewal: the lease is no longer ours"
+            );
+        }
+        self.state = State::Following {
+            in_doubt: None,
+            released_in: None,
+        };
+        let term = self.published.term;
+        self.publish(now, View::unknown(term), actions);
+        now.at.at
+    }
+
+    /// A round that read the row and took nothing: follows, or holds a lapsed term of its
+    /// own to reacquire; publishes who leads; polls again when the lease may come free.
+    fn fold_observed(
+        &mut self,
+        now: Moment,
+        round: Round,
+        row: Option<LeaseRow>,
+        reached: Reached,
+        actions: &mut Vec<Action>,
+    ) -> Instant {
+        let settings = std::sync::Arc::clone(&self.settings);
+        let at = now.at.at;
+        let me = settings.node_id.as_str();
+        let (held, in_doubt) = match self.state {
+            State::Lapsed { term, in_doubt } => (Some(term), in_doubt),
+            State::Following { in_doubt, .. } => (None, in_doubt),
+            _ => (None, None),
+        };
+        // The row's term is ours if this node led in it, or if a claim or
+        // reacquire of ours on top of an earlier term may have started it (its
+        // answer was lost) and the row shows this election's token for it: the node
+        // id alone cannot tell, another process may run with the same one. Both are
+        // checked against the row, so the in-doubt term wins over the one led before.
+        let ours = row.as_ref().filter(|r| {
+            r.holder.as_deref() == Some(me)
+                && (held == Some(r.term)
+                    || (in_doubt.is_some_and(|below| r.term > below) && r.started_by(self.token)))
+        });
+        self.state = match ours {
+            Some(r) => State::Lapsed {
+                term: r.term,
+                in_doubt: None,
+            },
+            None => State::Following {
+                in_doubt: None,
+                released_in: None,
+            },
+        };
+        let leader = row
+            .as_ref()
+            .and_then(|r| r.live_holder())
+            .map(str::to_owned);
+        let term = row.as_ref().map(|r| r.term);
+        self.published.paused = row.as_ref().is_some_and(|r| r.paused());
+        let lapse = leader
+            .as_ref()
+            .and(row.as_ref())
+            .map(|r| at + r.remaining());
+        if leader.as_deref() == Some(me) && ours.is_none() && self.foreign_term_warned != term {
+            warn!(
+                election = %settings.name,
+                node = me,
+                term,
+                "the table names this node as leader in a term this process did not take; \
+                 is another process running with the same node id? waiting for that lease to lapse"
+            );
+            self.foreign_term_warned = term;
+        }
+        self.publish(now, View::follower(leader, term, lapse), actions);
+        self.next_poll_after_reading(now, round, row.as_ref(), reached)
+    }
+
+    /// When a round that read `row` and took nothing is followed by the next.
+    fn next_poll_after_reading(
+        &mut self,
+        now: Moment,
+        round: Round,
+        row: Option<&LeaseRow>,
+        reached: Reached,
+    ) -> Instant {
+        let settings = std::sync::Arc::clone(&self.settings);
+        let (at, me) = (now.at.at, settings.node_id.as_str());
+        let next_poll = (round.started.at + settings.poll).max(at);
+        match (&self.state, row) {
+            _ if !round.may_claim => next_poll,
+            // Start the next term at once, unless the row says the reacquire
+            // would be refused (a pause over a lapsed lease, a resign or a
+            // handover away from this node): then wait as a follower does.
+            (State::Lapsed { term, .. }, Some(row)) if row.reacquirable_by(me, *term) => {
+                self.at_once_unless_failing(at, reached.failures_before)
+            }
+            // Poll again right when the lease can be claimed (spread a little):
+            // when it lapses, and a pause or another node's handover window is
+            // over, if that is before the next regular poll. Not capped by the
+            // regular poll: that would keep the smallest spread drawn so far, and
+            // every follower would end up reading at the lapse instant again.
+            (_, Some(row)) => {
+                let lapse = at + row.claimable_in(me).max(MIN_POLL);
+                match lapse < next_poll {
+                    true => {
+                        let spread = settings.lapse_spread_after(reached.measured_trip);
+                        lapse + self.rng.random_range(Duration::ZERO..=spread)
                     }
-                    // The answer came too late to act on (the deadline timer may not have
-                    // fired yet): stop acting now, and start a new term at once rather
-                    // than leave the row idle.
-                    _ => {
-                        self.publish(now, Role::Unknown, None, Some(term), None, actions);
-                        self.at_once_unless_failing(at, failures_before)
-                    }
+                    false => next_poll,
                 }
             }
-            Outcome::NotHeld => {
-                if let State::Leading { term, .. } = self.state {
-                    warn!(
-                        election = %settings.name,
-                        node = %settings.node_id,
-                        term,
-                        "the database refused the renewal: the lease is no longer ours"
-                    );
-                }
-                self.state = State::Following {
-                    in_doubt: None,
-                    released_in: None,
-                };
-                let term = self.published.term;
-                self.publish(now, Role::Unknown, None, term, None, actions);
-                at
-            }
-            Outcome::Observed(row) => {
-                let me = settings.node_id.as_str();
-                let (held, in_doubt) = match self.state {
-                    State::Lapsed { term, in_doubt } => (Some(term), in_doubt),
-                    State::Following { in_doubt, .. } => (None, in_doubt),
-                    _ => (None, None),
-                };
-                // The row's term is ours if this node led in it, or if a claim or
-                // reacquire of ours on top of an earlier term may have started it (its
-                // answer was lost) and the row shows this election's token for it: the node
-                // id alone cannot tell, another process may run with the same one. Both are
-                // checked against the row, so the in-doubt term wins over the one led before.
-                let ours = row.as_ref().filter(|r| {
-                    r.holder.as_deref() == Some(me)
-                        && (held == Some(r.term)
-                            || (in_doubt.is_some_and(|below| r.term > below)
-                                && r.started_by(self.token)))
-                });
-                self.state = match ours {
-                    Some(r) => State::Lapsed {
-                        term: r.term,
-                        in_doubt: None,
-                    },
-                    None => State::Following {
-                        in_doubt: None,
-                        released_in: None,
-                    },
-                };
-                let leader = row
-                    .as_ref()
-                    .and_then(|r| r.live_holder())
-                    .map(str::to_owned);
-                let term = row.as_ref().map(|r| r.term);
-                self.published.paused = row.as_ref().is_some_and(|r| r.paused());
-                let lapse = leader
-                    .as_ref()
-                    .and(row.as_ref())
-                    .map(|r| at + r.remaining());
-                if leader.as_deref() == Some(me)
-                    && ours.is_none()
-                    && self.foreign_term_warned != term
-                {
-                    warn!(
-                        election = %settings.name,
-                        node = me,
-                        term,
-                        "the table names this node as leader in a term this process did not take; \
-                         is another process running with the same node id? waiting for that lease to lapse"
-                    );
-                    self.foreign_term_warned = term;
-                }
-                self.publish(now, Role::Follower, leader, term, lapse, actions);
-                let next_poll = (round.started.at + settings.poll).max(at);
-                match (&self.state, &row) {
-                    _ if !round.may_claim => next_poll,
-                    // Start the next term at once, unless the row says the reacquire
-                    // would be refused (a pause over a lapsed lease, a resign or a
-                    // handover away from this node): then wait as a follower does.
-                    (State::Lapsed { term, .. }, Some(row)) if row.reacquirable_by(me, *term) => {
-                        self.at_once_unless_failing(at, failures_before)
-                    }
-                    // Poll again right when the lease can be claimed (spread a little):
-                    // when it lapses, and a pause or another node's handover window is
-                    // over, if that is before the next regular poll. Not capped by the
-                    // regular poll: that would keep the smallest spread drawn so far, and
-                    // every follower would end up reading at the lapse instant again.
-                    (_, Some(row)) => {
-                        let lapse = at + row.claimable_in(me).max(MIN_POLL);
-                        match lapse < next_poll {
-                            true => {
-                                let spread = settings.lapse_spread_after(measured_trip);
-                                lapse + self.rng.random_range(Duration::ZERO..=spread)
-                            }
-                            false => next_poll,
-                        }
-                    }
-                    (_, None) => at + MIN_POLL,
-                }
-            }
+            (_, None) => at + MIN_POLL,
         }
     }
 

@@ -7,19 +7,62 @@ use tracing::info;
 use super::{Action, Machine, Moment, State};
 use crate::election::status::{Role, RoleEvent, Status};
 
-impl Machine {
-    /// Publishes this node's view: the new [`Status`], then the [`RoleEvent`]s that lead
-    /// from the previous one to it. `lapse`: when the leader a follower sees loses its
-    /// lease unless renewed.
-    pub(super) fn publish(
-        &mut self,
-        now: Moment,
-        role: Role,
+/// What a node publishes of the election: its role, the leader it sees, the term.
+pub(super) struct View {
+    role: Role,
+    leader: Option<String>,
+    term: Option<i64>,
+    /// When the leader a follower sees loses its lease unless renewed.
+    lapse: Option<Instant>,
+}
+
+impl View {
+    /// Neither leader nor sure who is: the database did not say, or this node stopped
+    /// acting as leader.
+    pub(super) fn unknown(term: Option<i64>) -> View {
+        View {
+            role: Role::Unknown,
+            leader: None,
+            term,
+            lapse: None,
+        }
+    }
+
+    /// This node leads in `term`.
+    pub(super) fn leader(me: &str, term: i64) -> View {
+        View {
+            role: Role::Leader,
+            leader: Some(me.to_owned()),
+            term: Some(term),
+            lapse: None,
+        }
+    }
+
+    /// Another node, or none, leads, as the row read says.
+    pub(super) fn follower(
         leader: Option<String>,
         term: Option<i64>,
         lapse: Option<Instant>,
-        actions: &mut Vec<Action>,
-    ) {
+    ) -> View {
+        View {
+            role: Role::Follower,
+            leader,
+            term,
+            lapse,
+        }
+    }
+}
+
+impl Machine {
+    /// Publishes this node's view: the new [`Status`], then the [`RoleEvent`]s that lead
+    /// from the previous one to it.
+    pub(super) fn publish(&mut self, now: Moment, view: View, actions: &mut Vec<Action>) {
+        let View {
+            role,
+            leader,
+            term,
+            lapse,
+        } = view;
         let settings = &self.settings;
         let lease = match self.state {
             State::Leading { deadline, .. } if role == Role::Leader => Some(deadline),

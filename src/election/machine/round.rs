@@ -116,6 +116,40 @@ impl Awaiting {
     }
 }
 
+/// Where a round goes after an answer: its next statement, or its end.
+enum Next {
+    Send(Awaiting, Statement),
+    Finish(Outcome, Duration),
+}
+
+/// A leader's renewal answered. Renewed: it holds. Refused: the lease is no longer ours,
+/// or an operator command changed (a pause, a resign or handover request); only a read
+/// tells, and it costs a statement only when something changed.
+fn renewal_answered(
+    round: &mut Round,
+    term: i64,
+    retry: Option<(Commands, Duration)>,
+    renewed: bool,
+    elapsed: Duration,
+) -> Next {
+    let sent = round.started;
+    match (renewed, retry) {
+        (true, None) => Next::Finish(Outcome::Holding { term, sent }, elapsed),
+        (true, Some((now_seen, round_trip))) => {
+            round.seen = now_seen;
+            Next::Finish(Outcome::Holding { term, sent }, round_trip)
+        }
+        (false, None) => {
+            let next = Awaiting::OwnRow {
+                term,
+                round_trip: elapsed,
+            };
+            Next::Send(next, Statement::Read)
+        }
+        (false, Some((_, round_trip))) => Next::Finish(Outcome::NotHeld, round_trip),
+    }
+}
+
 impl Machine {
     /// Starts a round with its first statement.
     pub(super) fn start_round(&mut self, now: Moment, actions: &mut Vec<Action>) {
@@ -170,7 +204,7 @@ impl Machine {
         answer: Result<Reply, StoreError>,
         actions: &mut Vec<Action>,
     ) {
-        let Some(round) = self.round else {
+        let Some(mut round) = self.round else {
             return;
         };
         let elapsed = now.at.at.saturating_duration_since(round.started.at);
@@ -181,84 +215,23 @@ impl Machine {
                 return self.finish_round(now, round, Err(RoundError { error, in_doubt }), actions);
             }
         };
-        let me = self.settings.node_id.clone();
-        let mut round = round;
-        let outcome = match (awaiting, reply) {
-            (Awaiting::Renewal { term, retry, .. }, Reply::Done(renewed)) => match (renewed, retry)
-            {
-                (true, None) => (
-                    Outcome::Holding {
-                        term,
-                        sent: round.started,
-                    },
-                    elapsed,
-                ),
-                (true, Some((now_seen, round_trip))) => {
-                    round.seen = now_seen;
-                    (
-                        Outcome::Holding {
-                            term,
-                            sent: round.started,
-                        },
-                        round_trip,
-                    )
-                }
-                // Refused: the lease is no longer ours, or an operator command changed (a
-                // pause, a resign or handover request). Only a read tells; it costs a
-                // statement only when something changed.
-                (false, None) => {
-                    let next = Awaiting::OwnRow {
-                        term,
-                        round_trip: elapsed,
-                    };
-                    return self.send_next(round, next, Statement::Read, actions);
-                }
-                (false, Some((_, round_trip))) => (Outcome::NotHeld, round_trip),
-            },
-            (
-                Awaiting::OwnRow {
-                    term, round_trip, ..
-                },
-                Reply::Row(row),
-            ) => {
-                let ours = row.filter(|r| {
-                    r.holder.as_deref() == Some(me.as_str())
-                        && r.term == term
-                        && r.live_holder().is_some()
-                });
-                let Some(row) = ours else {
-                    return self.finish_round(
-                        now,
-                        round,
-                        Ok((Outcome::NotHeld, round_trip)),
-                        actions,
-                    );
-                };
-                // The same guarded renewal, stating what is pending now: it still extends
-                // only a live lease of ours in this term. The deadline still counts from
-                // the first statement's sending, which is earlier. Also when the commands
-                // read are the ones the leader knew: one that came and went between the
-                // two statements (a short pause, a pause then a resume) refused the first.
-                let seen = row.commands();
-                let next = Awaiting::Renewal {
-                    term,
-                    retry: Some((seen, round_trip)),
-                };
-                return self.send_next(round, next, Statement::Renew { term, seen }, actions);
+        let next = match (awaiting, reply) {
+            (Awaiting::Renewal { term, retry }, Reply::Done(renewed)) => {
+                renewal_answered(&mut round, term, retry, renewed, elapsed)
             }
-            (Awaiting::Reacquire { .. }, Reply::Started(Some(term))) => (
-                Outcome::Holding {
-                    term,
-                    sent: round.started,
-                },
-                elapsed,
-            ),
+            (Awaiting::OwnRow { term, round_trip }, Reply::Row(row)) => {
+                self.own_row_read(term, round_trip, row)
+            }
+            (Awaiting::Reacquire { .. }, Reply::Started(Some(term))) => {
+                let sent = round.started;
+                Next::Finish(Outcome::Holding { term, sent }, elapsed)
+            }
             (
                 Awaiting::Claim {
                     sent, round_trip, ..
                 },
                 Reply::Started(Some(term)),
-            ) => (
+            ) => Next::Finish(
                 Outcome::Holding { term, sent },
                 round_trip.unwrap_or(elapsed),
             ),
@@ -269,86 +242,102 @@ impl Machine {
                     ..
                 },
                 Reply::Started(None),
-            ) => {
-                let next = Awaiting::Winner { round_trip };
-                return self.send_next(round, next, Statement::Read, actions);
-            }
+            ) => Next::Send(Awaiting::Winner { round_trip }, Statement::Read),
             (Awaiting::Reacquire { .. } | Awaiting::Claim { .. }, Reply::Started(None)) => {
-                return self.send_next(round, Awaiting::Read, Statement::Read, actions);
+                Next::Send(Awaiting::Read, Statement::Read)
             }
-            (Awaiting::Read, Reply::Row(row)) => {
-                // A handover offered to this node: accepting it asks the leader to step
-                // down, and proves to the operator that this node runs and could lead (a
-                // node that could not, whose gates are closed, never accepts).
-                let may_claim = round.may_claim && now.claims_open;
-                if let Some(term) = row
-                    .as_ref()
-                    .filter(|r| r.offered_to(&me) && may_claim)
-                    .map(|r| r.term)
-                {
-                    let next = Awaiting::Accept {
-                        row,
-                        round_trip: elapsed,
-                    };
-                    return self.send_next(
-                        round,
-                        next,
-                        Statement::AcceptHandover { term },
-                        actions,
-                    );
-                }
-                return self.claim_if_free(now, round, row, elapsed, actions);
-            }
-            (
-                Awaiting::Accept {
-                    row, round_trip, ..
-                },
-                Reply::Done(accepted),
-            ) => {
+            (Awaiting::Read, Reply::Row(row)) => self.row_read(now, round, row, elapsed),
+            (Awaiting::Accept { row, round_trip }, Reply::Done(accepted)) => {
                 if accepted {
                     let term = row.as_ref().map(|r| r.term);
-                    info!(election = %self.settings.name, node = %me, term, "accepted the handover offered to this node");
+                    info!(election = %self.settings.name, node = %self.settings.node_id, term, "accepted the handover offered to this node");
                 }
-                return self.claim_if_free(now, round, row, round_trip, actions);
+                self.claim_if_free(now, round, row, round_trip)
             }
             // The gates again: a stop may have closed them while the row was made.
-            (Awaiting::EnsureRow { round_trip, .. }, _)
-                if !(round.may_claim && now.claims_open) =>
-            {
-                (Outcome::Observed(None), round_trip)
+            (Awaiting::EnsureRow { round_trip }, _) if !(round.may_claim && now.claims_open) => {
+                Next::Finish(Outcome::Observed(None), round_trip)
             }
-            (Awaiting::EnsureRow { round_trip, .. }, _) => {
+            (Awaiting::EnsureRow { round_trip }, _) => {
                 let next = Awaiting::Claim {
                     expected: 0,
                     sent: now.at,
                     round_trip: Some(round_trip),
                 };
-                return self.send_next(round, next, Statement::Claim { expected: 0 }, actions);
+                Next::Send(next, Statement::Claim { expected: 0 })
             }
-            (Awaiting::Winner { round_trip, .. }, Reply::Row(row)) => {
-                (Outcome::Observed(row), round_trip)
+            (Awaiting::Winner { round_trip }, Reply::Row(row)) => {
+                Next::Finish(Outcome::Observed(row), round_trip)
             }
             (awaiting, reply) => unreachable!("{reply:?} does not answer {awaiting:?}"),
         };
-        self.finish_round(now, round, Ok(outcome), actions);
+        match next {
+            Next::Send(awaiting, statement) => self.send_next(round, awaiting, statement, actions),
+            Next::Finish(outcome, round_trip) => {
+                self.finish_round(now, round, Ok((outcome, round_trip)), actions)
+            }
+        }
+    }
+
+    /// A leader's read after its renewal was refused: renews again stating what is
+    /// pending now, if the lease is still ours in this term.
+    fn own_row_read(&self, term: i64, round_trip: Duration, row: Option<LeaseRow>) -> Next {
+        let me = self.settings.node_id.as_str();
+        let ours = row.filter(|r| {
+            r.holder.as_deref() == Some(me) && r.term == term && r.live_holder().is_some()
+        });
+        let Some(row) = ours else {
+            return Next::Finish(Outcome::NotHeld, round_trip);
+        };
+        // The same guarded renewal, stating what is pending now: it still extends
+        // only a live lease of ours in this term. The deadline still counts from
+        // the first statement's sending, which is earlier. Also when the commands
+        // read are the ones the leader knew: one that came and went between the
+        // two statements (a short pause, a pause then a resume) refused the first.
+        let seen = row.commands();
+        let next = Awaiting::Renewal {
+            term,
+            retry: Some((seen, round_trip)),
+        };
+        Next::Send(next, Statement::Renew { term, seen })
+    }
+
+    /// A follower's read: accepts a handover offered to it, or claims a free lease.
+    fn row_read(
+        &self,
+        now: Moment,
+        round: Round,
+        row: Option<LeaseRow>,
+        elapsed: Duration,
+    ) -> Next {
+        // A handover offered to this node: accepting it asks the leader to step
+        // down, and proves to the operator that this node runs and could lead (a
+        // node that could not, whose gates are closed, never accepts).
+        let me = self.settings.node_id.as_str();
+        let may_claim = round.may_claim && now.claims_open;
+        let offered = row.as_ref().filter(|r| r.offered_to(me) && may_claim);
+        if let Some(term) = offered.map(|r| r.term) {
+            let next = Awaiting::Accept {
+                row,
+                round_trip: elapsed,
+            };
+            return Next::Send(next, Statement::AcceptHandover { term });
+        }
+        self.claim_if_free(now, round, row, elapsed)
     }
 
     /// After a read: claims the lease if it is free and this node may, else observes.
     fn claim_if_free(
-        &mut self,
+        &self,
         now: Moment,
         round: Round,
         row: Option<LeaseRow>,
         round_trip: Duration,
-        actions: &mut Vec<Action>,
-    ) {
+    ) -> Next {
         let me = self.settings.node_id.as_str();
         let expected = match &row {
             _ if !(round.may_claim && now.claims_open) => None,
-            None => {
-                let next = Awaiting::EnsureRow { round_trip };
-                return self.send_next(round, next, Statement::EnsureRow, actions);
-            }
+            None => return Next::Send(Awaiting::EnsureRow { round_trip }, Statement::EnsureRow),
             // A pause, or a handover to another node, keeps a free lease from this node:
             // the claim would check the same, at the cost of a statement.
             Some(row) if row.paused() || row.handed_over_away_from(me) => None,
@@ -362,14 +351,9 @@ impl Machine {
                     sent: now.at,
                     round_trip: Some(round_trip),
                 };
-                self.send_next(round, next, Statement::Claim { expected }, actions)
+                Next::Send(next, Statement::Claim { expected })
             }
-            None => self.finish_round(
-                now,
-                round,
-                Ok((Outcome::Observed(row), round_trip)),
-                actions,
-            ),
+            None => Next::Finish(Outcome::Observed(row), round_trip),
         }
     }
 
