@@ -128,6 +128,43 @@ pub(crate) enum Input {
     Stop,
 }
 
+/// Where a machine's inputs come from. When several have an input at once, every driver
+/// (the election loop, the simulator's direct runs and its exhaustive check) hands over
+/// the first in [`Source::ORDER`] that the machine listens to ([`Machine::listens_to`]);
+/// an input the machine does not listen to waits where it is (in its channel).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// The process stops ([`Input::Stop`]).
+    Stop,
+    /// The deadline timer ([`Input::Look`]).
+    Look,
+    /// A release notification ([`Input::ReleaseHint`]).
+    ReleaseHint,
+    /// A caller's request to renew now ([`Input::RenewRequested`]).
+    RenewRequest,
+    /// A request to resign ([`Input::Resign`]).
+    Resign,
+    /// The answer of the statement in flight ([`Input::Answer`]).
+    Answer,
+    /// The round timer ([`Input::Due`]).
+    Due,
+}
+
+impl Source {
+    /// The order of the sources when several are ready: the stop first (a stopping node
+    /// sends nothing more), then the deadline (a leader stops acting before anything
+    /// else), requests, the answer, and the round timer last.
+    pub(crate) const ORDER: [Source; 7] = [
+        Source::Stop,
+        Source::Look,
+        Source::ReleaseHint,
+        Source::RenewRequest,
+        Source::Resign,
+        Source::Answer,
+        Source::Due,
+    ];
+}
+
 /// A statement for the store. The loop fills in the election's name, node id, ttl and
 /// token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -317,6 +354,31 @@ impl Machine {
         (self.awaiting, self.round) = (None, None);
         actions.push(Action::Abandon);
         self.step_down(now, held, true, actions);
+    }
+
+    /// Whether the machine takes an input from `source` now (`now`: the driver's
+    /// monotonic clock). Requests (a resign, a release hint) wait for the end of a round;
+    /// renew requests are refused once the node steps down; the stop is taken once.
+    pub(crate) fn listens_to(&self, source: Source, now: Instant) -> bool {
+        match source {
+            Source::Stop => !self.stopping(),
+            Source::Look => self.next_look(now).is_some(),
+            Source::ReleaseHint | Source::Resign => self.between_rounds(),
+            Source::RenewRequest => self.takes_renew_requests(),
+            Source::Answer => self.awaiting.is_some(),
+            Source::Due => self.next_round().is_some(),
+        }
+    }
+
+    /// The first source in [`Source::ORDER`] that the machine listens to and that has an
+    /// input now, as `ready` says: what a discrete-event driver hands over next.
+    #[cfg(test)]
+    pub(crate) fn next_source(
+        &self,
+        now: Instant,
+        mut ready: impl FnMut(Source) -> bool,
+    ) -> Option<Source> {
+        (Source::ORDER.into_iter()).find(|&source| self.listens_to(source, now) && ready(source))
     }
 
     /// Whether it waits, stopped, for the answer of a statement in flight.

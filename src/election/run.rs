@@ -1,9 +1,14 @@
 //! The election loop: [`Election`] carries out what its state machine (`machine.rs`) asks,
 //! against the store and the channels, and feeds back what happens: answers, timers,
-//! requests from its handles (`handles.rs`), and the stop.
+//! requests from its handles (`handles.rs`), and the stop. One wait over every source,
+//! with at most one statement in flight; the machine says which sources it listens to
+//! and in which order they are handed over (`Source`), as it does for the simulator's
+//! drivers.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep_until, timeout};
@@ -13,7 +18,7 @@ use super::clock::{BootClock, Instants, boottime_by_tokio};
 use super::handles::{
     CandidacyGate, ClaimGate, FenceHandle, RenewHandle, RenewRequest, ResignHandle,
 };
-use super::machine::{Action, Input, Machine, Moment, Reply, Statement};
+use super::machine::{Action, Input, Machine, Moment, Reply, Source, Statement};
 use super::settings::ElectionSettings;
 use super::status::{RoleEvent, RoundObserver, Status};
 use crate::store::{LeaseStore, ProcessToken, StoreError};
@@ -178,15 +183,33 @@ async fn execute<S: LeaseStore>(
 }
 
 /// The next message of an optional channel (release notifications, renew and resign
-/// requests); never completes without a channel, nor once it has closed.
-async fn next_message<T>(receiver: &mut Option<mpsc::Receiver<T>>) -> T {
-    if let Some(open) = receiver {
-        if let Some(message) = open.recv().await {
-            return message;
+/// requests); never ready without a channel, nor once it has closed.
+fn poll_message<T>(receiver: &mut Option<mpsc::Receiver<T>>, cx: &mut Context<'_>) -> Poll<T> {
+    let Some(open) = receiver else {
+        return Poll::Pending;
+    };
+    match open.poll_recv(cx) {
+        Poll::Ready(Some(message)) => Poll::Ready(message),
+        Poll::Ready(None) => {
+            *receiver = None;
+            Poll::Pending
         }
-        *receiver = None;
+        Poll::Pending => Poll::Pending,
     }
-    std::future::pending().await
+}
+
+/// The statement in flight: its answer, once it comes.
+type InFlight<'a> = Pin<Box<dyn Future<Output = Result<Reply, StoreError>> + Send + 'a>>;
+
+/// What one of the sources had, as the wait over them found it.
+enum Ready {
+    Stop,
+    Look,
+    Hint,
+    Renew(RenewRequest),
+    Resign(Option<i64>),
+    Answer(Result<Reply, StoreError>),
+    Due,
 }
 
 impl<S: LeaseStore> Election<S> {
@@ -346,84 +369,91 @@ impl<S: LeaseStore> Election<S> {
             wall: wall(),
             claims_open: !claims.is_closed() && !extra_claims.iter().any(CandidacyGate::is_closed),
         };
-        // Far enough never to fire: the timers of disabled branches.
-        let never = || Instant::now() + Duration::from_secs(86_400);
-        let mut next = None;
+        // The statement in flight, and whether it has left (been polled once): a stop that
+        // comes before that means it was never sent.
+        let mut in_flight: Option<InFlight<'_>> = None;
+        let mut sent = false;
         loop {
-            let flow = match next.take() {
-                Some(statement) => 'statement: {
-                    // A stop that came before the statement left: it is never sent.
-                    if !machine.stopping() && futures_util::poll!(&mut shutdown).is_ready() {
-                        let stopped = outlets.carry_out(machine.step(moment(), Input::Stop));
-                        if machine.stopping_in_flight() {
-                            let unsent = outlets.carry_out(machine.step(moment(), Input::Unsent));
-                            break 'statement Flow {
-                                abandoned: true,
-                                ..unsent
-                            };
-                        }
-                        debug_assert!(stopped.send.is_none() && stopped.finish.is_none());
+            let now = Instant::now();
+            let look = machine.next_look(now).map(sleep_until);
+            let due = machine.next_round();
+            let due_sleep = due.filter(|due| *due > now).map(sleep_until);
+            tokio::pin!(look, due_sleep);
+            // One wait over every source, handed over in the machine's order.
+            let ready = std::future::poll_fn(|cx| {
+                for source in Source::ORDER {
+                    if !machine.listens_to(source, now) {
+                        continue;
                     }
-                    let answer = execute(
-                        &mut store,
-                        &settings,
-                        machine.token,
-                        durable.as_mut(),
-                        statement,
-                    );
-                    tokio::pin!(answer);
-                    // Until the answer: a stop, the deadline, renew requests (which the
-                    // renewal on its way answers), a stopping node giving up on it.
-                    loop {
-                        let look = machine.next_look(Instant::now());
-                        let give_up = machine.next_round();
-                        let input = tokio::select! {
-                            biased;
-                            _ = &mut shutdown, if !machine.stopping() => Input::Stop,
-                            _ = sleep_until(look.unwrap_or_else(never)), if look.is_some() => Input::Look,
-                            request = next_message(&mut renew), if machine.takes_renew_requests() => {
-                                outlets.renewals.push(request);
-                                Input::RenewRequested
+                    let ready = match source {
+                        Source::Stop => shutdown.as_mut().poll(cx).map(|()| Ready::Stop),
+                        Source::Look => match look.as_mut().as_pin_mut() {
+                            Some(look) => look.poll(cx).map(|()| Ready::Look),
+                            None => Poll::Pending,
+                        },
+                        Source::ReleaseHint => poll_message(&mut releases, cx).map(|_| Ready::Hint),
+                        Source::RenewRequest => poll_message(&mut renew, cx).map(Ready::Renew),
+                        Source::Resign => poll_message(&mut resign, cx).map(Ready::Resign),
+                        Source::Answer => match in_flight.as_mut() {
+                            Some(statement) => {
+                                sent = true;
+                                statement.as_mut().poll(cx).map(Ready::Answer)
                             }
-                            answer = &mut answer => Input::Answer(answer),
-                            _ = sleep_until(give_up.unwrap_or_else(never)), if give_up.is_some() => Input::Due,
-                        };
-                        let answered = matches!(input, Input::Answer(_));
-                        let flow = outlets.carry_out(machine.step(moment(), input));
-                        if answered || flow.abandoned {
-                            break flow;
-                        }
-                    }
-                }
-                None => {
-                    let look = machine.next_look(Instant::now());
-                    let due = machine.next_round().unwrap_or_else(never);
-                    let input = tokio::select! {
-                        biased;
-                        _ = &mut shutdown, if !machine.stopping() => Input::Stop,
-                        _ = sleep_until(look.unwrap_or_else(never)), if look.is_some() => Input::Look,
-                        // Released by its holder: try now rather than at the next poll,
-                        // and in the term last seen rather than after reading the row
-                        // again. For a leader, an operator command may be pending
-                        // (commands wake the same channel): renew now, which sees it.
-                        _ = next_message(&mut releases), if machine.between_rounds() => Input::ReleaseHint,
-                        request = next_message(&mut renew), if machine.takes_renew_requests() => {
-                            outlets.renewals.push(request);
-                            Input::RenewRequested
-                        }
-                        only_term = next_message(&mut resign), if machine.between_rounds() => Input::Resign(only_term),
+                            None => Poll::Pending,
+                        },
                         // Due already (a wake-up, a command): now, not at the timer's next
                         // millisecond tick, which a sleep until a past instant waits for.
-                        _ = std::future::ready(()), if due <= Instant::now() => Input::Due,
-                        _ = sleep_until(due) => Input::Due,
+                        Source::Due => match due_sleep.as_mut().as_pin_mut() {
+                            Some(due) => due.poll(cx).map(|()| Ready::Due),
+                            None => Poll::Ready(Ready::Due),
+                        },
                     };
-                    outlets.carry_out(machine.step(moment(), input))
+                    if ready.is_ready() {
+                        return ready;
+                    }
                 }
+                Poll::Pending
+            });
+            let (input, unsent) = match ready.await {
+                Ready::Stop => (Input::Stop, in_flight.is_some() && !sent),
+                Ready::Look => (Input::Look, false),
+                // Released by its holder: try now rather than at the next poll, and in the
+                // term last seen rather than after reading the row again. For a leader, an
+                // operator command may be pending (commands wake the same channel): renew
+                // now, which sees it.
+                Ready::Hint => (Input::ReleaseHint, false),
+                Ready::Renew(request) => {
+                    outlets.renewals.push(request);
+                    (Input::RenewRequested, false)
+                }
+                Ready::Resign(only_term) => (Input::Resign(only_term), false),
+                Ready::Answer(answer) => {
+                    in_flight = None;
+                    (Input::Answer(answer), false)
+                }
+                Ready::Due => (Input::Due, false),
             };
+            let mut flow = outlets.carry_out(machine.step(moment(), input));
+            // A stop that came before the statement left: it is never sent.
+            if unsent && machine.stopping_in_flight() {
+                flow = outlets.carry_out(machine.step(moment(), Input::Unsent));
+            }
+            if flow.abandoned {
+                in_flight = None;
+            }
             if let Some(released) = flow.finish {
                 return released;
             }
-            next = flow.send;
+            if let Some(statement) = flow.send {
+                // Ends the last statement's borrow of the store before the next one's.
+                drop(in_flight);
+                let durable = durable.as_mut();
+                let token = machine.token;
+                in_flight = Some(Box::pin(execute(
+                    &mut store, &settings, token, durable, statement,
+                )));
+                sent = false;
+            }
             if machine.claims_ended() {
                 // A lock that was held will not be waited for again.
                 releases = None;

@@ -1,5 +1,5 @@
 //! How a direct run carries out a process's life: its start, SIGKILL, SIGTERM, a freeze
-//! or a suspend, a failing health check; each input in the loop's order; and the
+//! or a suspend, a failing health check; each input in the machine's order (`Source::ORDER`); and the
 //! machine's actions: statements to the database, a durable status after the status
 //! file's delay, a resign once the leader work has stopped.
 
@@ -14,7 +14,7 @@ use super::statement::run_statement;
 use super::{ELECTION, Event, World};
 use crate::election::ElectionSettings;
 use crate::election::clock::Instants;
-use crate::election::machine::{Action, Input, Machine, Moment, Reply, Statement};
+use crate::election::machine::{Action, Input, Machine, Moment, Reply, Source, Statement};
 use crate::election::{Role, Status};
 use crate::sim::database::judge_new_term;
 use crate::sim::db::Dice;
@@ -184,7 +184,7 @@ impl World {
         }
     }
 
-    /// Gives the process every input that is ready, in the loop's order, then sets its
+    /// Gives the process every input that is ready, in [`Source::ORDER`], then sets its
     /// timer.
     pub(super) fn pump(&mut self, index: usize) {
         loop {
@@ -194,26 +194,37 @@ impl World {
             }
             let mono = self.base + self.now - p.slept;
             let machine = &p.machine;
-            let idle = p.in_flight.is_none();
-            let input = if p.stop && !machine.stopping() {
-                p.stop = false;
-                p.stopped = true;
-                Input::Stop
-            } else if p.look_at.is_some_and(|look| look <= mono) {
-                p.look_at = None;
-                Input::Look
-            } else if idle && p.hint && machine.between_rounds() {
-                p.hint = false;
-                Input::ReleaseHint
-            } else if idle && p.resign.is_some() && machine.between_rounds() {
-                Input::Resign(p.resign.take().flatten())
-            } else if let Some(answer) = p.arrived.take() {
-                p.in_flight = None;
-                Input::Answer(answer)
-            } else if machine.next_round().is_some_and(|due| due <= mono) {
-                Input::Due
-            } else {
-                break;
+            let source = machine.next_source(mono, |source| match source {
+                Source::Stop => p.stop,
+                Source::Look => p.look_at.is_some_and(|look| look <= mono),
+                Source::ReleaseHint => p.hint,
+                // Nothing in a direct run asks to renew now.
+                Source::RenewRequest => false,
+                Source::Resign => p.resign.is_some(),
+                Source::Answer => p.arrived.is_some(),
+                Source::Due => machine.next_round().is_some_and(|due| due <= mono),
+            });
+            let input = match source {
+                None => break,
+                Some(Source::Stop) => {
+                    (p.stop, p.stopped) = (false, true);
+                    Input::Stop
+                }
+                Some(Source::Look) => {
+                    p.look_at = None;
+                    Input::Look
+                }
+                Some(Source::ReleaseHint) => {
+                    p.hint = false;
+                    Input::ReleaseHint
+                }
+                Some(Source::RenewRequest) => Input::RenewRequested,
+                Some(Source::Resign) => Input::Resign(p.resign.take().flatten()),
+                Some(Source::Answer) => {
+                    p.in_flight = None;
+                    Input::Answer(p.arrived.take().expect("an answer is ready"))
+                }
+                Some(Source::Due) => Input::Due,
             };
             let now = self.moment(index);
             self.steps += 1;

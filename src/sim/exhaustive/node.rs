@@ -1,6 +1,6 @@
 //! A node in the exhaustive check: its [`Machine`], the statement it has in flight, and
-//! the inputs waiting for it, given to the machine in the loop's order (as the direct
-//! driver's `pump` does).
+//! the inputs waiting for it, given to the machine in the machine's order
+//! ([`Source::ORDER`](crate::election::machine::Source::ORDER)), as every driver does.
 
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -10,7 +10,9 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use crate::election::clock::Instants;
-use crate::election::machine::{Action, Input, Machine, Moment, Reply, Statement, hash_debug};
+use crate::election::machine::{
+    Action, Input, Machine, Moment, Reply, Source, Statement, hash_debug,
+};
 use crate::election::{ElectionSettings, Role, Status};
 use crate::sim::world::ELECTION;
 use crate::store::{ProcessToken, StoreError};
@@ -128,31 +130,42 @@ impl Node {
         }
     }
 
-    /// Gives the machine every input that is ready, in the loop's order (as the direct
-    /// driver's `pump`), then sets its deadline timer.
+    /// Gives the machine every input that is ready, in [`Source::ORDER`] (as every
+    /// driver), then sets its deadline timer.
     pub(super) fn pump(&mut self, base: Instant, now: Duration) -> Effects {
         let mut effects = Effects::default();
         let mono = base + now;
         while !self.finished && effects.violation.is_none() {
             let machine = &self.machine;
-            let idle = self.flight.is_none();
-            let input = if self.stop && !machine.stopping() {
-                (self.stop, self.stopped) = (false, true);
-                Input::Stop
-            } else if self.look_at.is_some_and(|look| look <= mono) {
-                self.look_at = None;
-                Input::Look
-            } else if idle && self.resign.is_some() && machine.between_rounds() {
-                Input::Resign(self.resign.take().flatten())
-            } else if let Some(answer) = self.arrived.take() {
-                self.flight = None;
-                Input::Answer(answer.ok_or(StoreError::QueryTimeout {
-                    after: QUERY_TIMEOUT,
-                }))
-            } else if machine.next_round().is_some_and(|due| due <= mono) {
-                Input::Due
-            } else {
-                break;
+            let source = machine.next_source(mono, |source| match source {
+                Source::Stop => self.stop,
+                Source::Look => self.look_at.is_some_and(|look| look <= mono),
+                // No release notifications, no renew requests in this model.
+                Source::ReleaseHint | Source::RenewRequest => false,
+                Source::Resign => self.resign.is_some(),
+                Source::Answer => self.arrived.is_some(),
+                Source::Due => machine.next_round().is_some_and(|due| due <= mono),
+            });
+            let input = match source {
+                None => break,
+                Some(Source::Stop) => {
+                    (self.stop, self.stopped) = (false, true);
+                    Input::Stop
+                }
+                Some(Source::Look) => {
+                    self.look_at = None;
+                    Input::Look
+                }
+                Some(Source::Resign) => Input::Resign(self.resign.take().flatten()),
+                Some(Source::Answer) => {
+                    self.flight = None;
+                    let answer = self.arrived.take().expect("an answer is ready");
+                    Input::Answer(answer.ok_or(StoreError::QueryTimeout {
+                        after: QUERY_TIMEOUT,
+                    }))
+                }
+                Some(Source::Due) => Input::Due,
+                Some(Source::ReleaseHint | Source::RenewRequest) => unreachable!("never ready"),
             };
             let actions = self.machine.step(self.moment(base, now), input);
             self.carry_out(actions, base, now, &mut effects);
