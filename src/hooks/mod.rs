@@ -36,3 +36,6 @@ pub use run::{HookContext, HookRuns, run_leased};
 #[cfg(test)]
 pub(crate) use run::{fence_at, kill_lead, term_lead};
 pub use supervisor::{CrashLoopWiring, Hooks};
+/// The supervisor's phases and step-down order, for the simulator's model of it.
+#[cfg(test)]
+pub(crate) use supervisor::{Phase, Shutdown};

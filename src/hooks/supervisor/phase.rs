@@ -72,13 +72,14 @@ impl Phase {
         }
     }
 
-    /// Elected in `term` (never while shutting down: events are ignored then). A resign
-    /// of an earlier term is moot; a leader_command restart still pending carries over.
+    /// Elected in `term`. A resign of an earlier term is moot; a leader_command restart
+    /// still pending carries over. A shutdown is final (its caller ignores events then).
     pub(crate) fn elected(&mut self, term: i64) {
         let command_restart_at = match self {
             Phase::Leading {
                 command_restart_at, ..
             } => *command_restart_at,
+            Phase::ShuttingDown(_) => return,
             _ => None,
         };
         *self = Phase::Leading {
