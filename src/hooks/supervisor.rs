@@ -7,14 +7,8 @@
 //! This file holds the task and its loop; `phase` where it stands ([`Phase`]: following,
 //! leading, resigning, shutting down) and the step-down order, `handle` is how the rest of
 //! leaderd drives it ([`Hooks`]), `step_down` the step-down sequence, `warm` the guard
-//! started ahead of a fenced hook, and `running` a run in progress.
-//!
-//! Beside the phase stay what outlives a phase: the runs (a term's leader work goes on
-//! stopping after its phase ended, and on_demoted waits for it), the event queue, what
-//! the events told of the leader and term (every hook's environment), the last term whose
-//! on_demoted was queued (a term is demoted once, whichever says so first), the warm guard
-//! (started ahead in every phase but a shutdown), the stop channels (runs subscribe when
-//! they start) and the crash loops (their counts span terms).
+//! started ahead of a fenced hook, and `running` a run in progress. What the
+//! [`Supervisor`] keeps beside its phase, and why, `phase.rs` says.
 
 use std::collections::VecDeque;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -38,7 +32,7 @@ pub use backoff::CrashLoopWiring;
 use backoff::CrashLoops;
 pub use handle::{HookResign, Hooks};
 pub(crate) use phase::{Phase, Shutdown};
-use running::{RunningHook, join_running};
+use running::{RunningHook, join_running, leader_work_running};
 
 /// A queued event hook with the environment of its moment.
 struct EventJob {
@@ -301,7 +295,7 @@ impl Supervisor {
     /// Whether leader-scoped processes of `term` or earlier are still running.
     fn leader_work_running(&self, term: i64) -> bool {
         let runs = [&self.command_run, &self.while_run, &self.event_run];
-        step_down::leader_work_running(runs, term)
+        leader_work_running(runs, term)
     }
 
     fn start_next_event_hook(&mut self) {
@@ -332,24 +326,10 @@ impl Supervisor {
         tokio::pin!(step_down);
         loop {
             self.start_next_event_hook();
-            // Due times of the phase's timers (leading only), read once per turn.
-            let (next_while, command_restart_at) = match &self.phase {
-                Phase::Leading {
-                    next_while,
-                    command_restart_at,
-                    ..
-                } => (Some(*next_while), *command_restart_at),
-                _ => (None, None),
-            };
+            let (next_while, command_restart_at) = self.phase.timers();
             let while_due = next_while.is_some() && self.config.while_leader.is_some();
             let shutting_down = self.phase.is_shutting_down();
-            let closing_warm = matches!(
-                &self.phase,
-                Phase::ShuttingDown(Shutdown {
-                    closing_warm: Some(_),
-                    ..
-                })
-            );
+            let closing_warm = self.phase.closing_warm();
             tokio::select! {
                 // A stop first: an event waiting beside it must not start leader work.
                 biased;
@@ -394,9 +374,7 @@ impl Supervisor {
                 }
                 _ = self.phase.warm_guard_closed(), if closing_warm => {}
                 _ = sleep_until(command_restart_at.unwrap_or_else(Instant::now)), if command_restart_at.is_some() => {
-                    if let Phase::Leading { command_restart_at, .. } = &mut self.phase {
-                        *command_restart_at = None;
-                    }
+                    self.phase.restart_command_at(None);
                     self.start_leader_command();
                 }
                 _ = sleep_until(self.crash_loops.reopen_at.unwrap_or_else(Instant::now)), if self.crash_loops.reopen_at.is_some() => {
@@ -487,12 +465,7 @@ impl Supervisor {
                     .crash_loops
                     .command_exited(term, &super::run::describe(outcome.status)),
             };
-            if let Phase::Leading {
-                command_restart_at, ..
-            } = &mut self.phase
-            {
-                *command_restart_at = Some(Instant::now() + delay);
-            }
+            self.phase.restart_command_at(Some(Instant::now() + delay));
         }
     }
 }

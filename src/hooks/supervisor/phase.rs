@@ -9,6 +9,15 @@
 //!       └─────Demoted────────┘  └─────Elected──────┘
 //!   any ──shutdown──► ShuttingDown (final: answered once every hook is gone)
 //! ```
+//!
+//! Beside the phase, in the supervisor, stays what outlives a phase: the runs (a term's
+//! leader work goes on stopping after its phase ended, and on_demoted waits for it), the
+//! event queue, what the events told of the leader and term (every hook's environment),
+//! the last term whose on_demoted was queued (a term is demoted once, whichever of a
+//! resign, a shutdown and the election says so first), the warm guard (started ahead in
+//! every phase but a shutdown), the stop channels (a run subscribes as it starts, and a
+//! resign's stop must reach runs of the term it left) and the crash loops (their counts
+//! span terms).
 
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -61,6 +70,40 @@ impl Phase {
 
     pub(crate) fn is_shutting_down(&self) -> bool {
         matches!(self, Phase::ShuttingDown(_))
+    }
+
+    /// When the next while_leader run and the leader_command's restart are due: leading
+    /// only.
+    pub(crate) fn timers(&self) -> (Option<Instant>, Option<Instant>) {
+        match self {
+            Phase::Leading {
+                next_while,
+                command_restart_at,
+                ..
+            } => (Some(*next_while), *command_restart_at),
+            _ => (None, None),
+        }
+    }
+
+    /// Sets when the leader_command restarts, if leading.
+    pub(crate) fn restart_command_at(&mut self, at: Option<Instant>) {
+        if let Phase::Leading {
+            command_restart_at, ..
+        } = self
+        {
+            *command_restart_at = at;
+        }
+    }
+
+    /// Whether a shutdown waits for the warm guard it closed.
+    pub(crate) fn closing_warm(&self) -> bool {
+        matches!(
+            self,
+            Phase::ShuttingDown(Shutdown {
+                closing_warm: Some(_),
+                ..
+            })
+        )
     }
 
     /// The term being resigned from, if a resign is under way.

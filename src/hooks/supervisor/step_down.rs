@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
-use super::running::RunningHook;
+use super::running::leader_work_running;
 use super::{EventJob, Shutdown, Supervisor};
 use crate::election::Role;
 use crate::hooks::kind::HookKind;
@@ -131,13 +131,6 @@ impl Supervisor {
             &self.resign,
         );
     }
-}
-
-/// Whether any of `runs` is leader work of `term` or an earlier term.
-pub(super) fn leader_work_running(runs: [&Option<RunningHook>; 3], term: i64) -> bool {
-    runs.into_iter()
-        .flatten()
-        .any(|run| run.leader_work_of(term))
 }
 
 /// Moves a stop instant earlier, never later: a stop already under way keeps its earlier
