@@ -174,7 +174,7 @@ pub(super) async fn supervisor_model(
         }
         // The supervisor's step-down order; the model's runs are all leader work.
         let work_running = |term| running.iter().any(|(r, _)| *r <= term);
-        phase.advance_step_down(work_running, false, &resign);
+        phase.advance_step_down(work_running, false, |term| resign.resign_term(term));
     }
 }
 

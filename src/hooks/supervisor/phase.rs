@@ -23,8 +23,6 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::election::ResignHandle;
-
 /// The supervisor's phase.
 #[derive(Debug)]
 pub(crate) enum Phase {
@@ -183,7 +181,7 @@ impl Phase {
         &mut self,
         leader_work_running: impl Fn(i64) -> bool,
         event_hooks_busy: bool,
-        resign: &ResignHandle,
+        resign: impl FnOnce(i64),
     ) {
         let stepped_down = |term| !leader_work_running(term) && !event_hooks_busy;
         let released = match self {
@@ -200,7 +198,7 @@ impl Phase {
                 term,
                 "leader work stopped and on_demoted done; releasing the lease"
             );
-            resign.resign_term(term);
+            resign(term);
         }
         if let Phase::ShuttingDown(shutdown) = self
             && shutdown.closing_warm.is_none()
@@ -209,5 +207,99 @@ impl Phase {
         {
             let _ = done.send(());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    fn shutdown(done: oneshot::Sender<()>) -> Shutdown {
+        Shutdown {
+            deadline: Instant::now(),
+            resigning: None,
+            closing_warm: None,
+            done: Some(done),
+        }
+    }
+
+    /// Steps with leader work of terms up to `work` running: the term resigned, if any.
+    fn advance(phase: &mut Phase, work: Option<i64>, event_hooks_busy: bool) -> Option<i64> {
+        let resigned = Cell::new(None);
+        let running = |term| work.is_some_and(|w| w <= term);
+        phase.advance_step_down(running, event_hooks_busy, |t| resigned.set(Some(t)));
+        resigned.get()
+    }
+
+    #[test]
+    fn a_resign_waits_for_the_leader_work_then_for_on_demoted() {
+        let mut phase = Phase::Following;
+        assert_eq!(phase.begin_resign(), None);
+        phase.elected(3);
+        assert_eq!(phase.begin_resign(), Some(3));
+        assert_eq!(phase.resigning(), Some(3));
+        assert_eq!(advance(&mut phase, Some(3), false), None);
+        assert_eq!(advance(&mut phase, None, true), None);
+        // Leader work of a later term does not hold up the resign of this one.
+        assert_eq!(advance(&mut phase, Some(4), false), Some(3));
+        assert!(matches!(phase, Phase::Following));
+    }
+
+    #[test]
+    fn an_election_makes_a_resign_moot_and_a_demotion_does_not() {
+        let mut phase = Phase::Following;
+        phase.elected(3);
+        phase.begin_resign();
+        phase.demoted();
+        assert_eq!(phase.resigning(), Some(3));
+        phase.elected(4);
+        assert_eq!((phase.leading(), phase.resigning()), (Some(4), None));
+        let at = Instant::now();
+        phase.restart_command_at(Some(at));
+        phase.elected(5);
+        assert_eq!(phase.timers().1, Some(at));
+        phase.demoted();
+        assert!(matches!(phase, Phase::Following));
+    }
+
+    #[tokio::test]
+    async fn a_shutdown_during_a_resign_passes_it_on_then_answers() {
+        let mut phase = Phase::Following;
+        phase.elected(3);
+        phase.begin_resign();
+        let (done, answered) = oneshot::channel();
+        assert_eq!(phase.begin_shutdown(shutdown(done)), None);
+        assert!(phase.is_shutting_down());
+        assert_eq!(phase.resigning(), Some(3));
+        phase.elected(4);
+        assert!(phase.is_shutting_down());
+        assert_eq!(advance(&mut phase, Some(3), false), None);
+        assert_eq!(advance(&mut phase, None, false), Some(3));
+        assert!(answered.await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_shutdown_waits_for_every_hook_and_the_closing_warm_guard() {
+        let mut phase = Phase::Following;
+        phase.elected(3);
+        let (done, mut answered) = oneshot::channel();
+        let (release, released) = oneshot::channel::<()>();
+        let mut stop = shutdown(done);
+        stop.closing_warm = Some(tokio::spawn(async move {
+            let _ = released.await;
+        }));
+        assert_eq!(phase.begin_shutdown(stop), Some(3));
+        assert_eq!(phase.leading(), None);
+        advance(&mut phase, Some(1), false);
+        advance(&mut phase, None, true);
+        advance(&mut phase, None, false);
+        assert!(answered.try_recv().is_err());
+        assert!(phase.closing_warm());
+        release.send(()).unwrap();
+        phase.warm_guard_closed().await;
+        assert!(!phase.closing_warm());
+        advance(&mut phase, None, false);
+        assert!(answered.await.is_ok());
     }
 }

@@ -128,7 +128,7 @@ impl Supervisor {
         self.phase.advance_step_down(
             |term| leader_work_running(runs, term),
             event_hooks_busy,
-            &self.resign,
+            |term| self.resign.resign_term(term),
         );
     }
 }
