@@ -418,11 +418,7 @@ mod tests {
             error_kind: Some("query_timeout"),
             ..RoundReport::default()
         });
-        metrics.hook_ran(
-            HookKind::OnElected.as_str(),
-            "success",
-            Duration::from_millis(30),
-        );
+        metrics.hook_ran("on_elected", "success", Duration::from_millis(30));
         let (tx, rx) = watch::channel(Status::initial());
         let follower = metrics.follow_status(rx);
         tx.send_modify(|status| {
