@@ -24,6 +24,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::Config;
 use crate::election::Status;
+use crate::hooks::HookKind;
 use crate::standing::Health;
 use crate::standing::Standing;
 use crate::store::{
@@ -47,7 +48,9 @@ pub const PREEMPT_PERIOD: Duration = Duration::from_secs(10);
 /// the lease (not an observer, its health check, if it has one, passes, and no failing
 /// on_elected holds it off).
 pub(crate) fn member_standing(standing: &Standing, stopping: bool) -> MemberStanding {
-    let held_off = standing.backoff.is_some_and(|b| b.hook == "on_elected");
+    let held_off = standing
+        .backoff
+        .is_some_and(|b| b.hook == HookKind::OnElected);
     match (stopping, standing.candidate, standing.health) {
         (true, _, _) => MemberStanding::Stopped,
         (false, false, _) => MemberStanding::Observer,

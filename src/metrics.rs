@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::election::{Role, RoundReport, Status};
+use crate::hooks::HookKind;
 use crate::standing::Health;
 use crate::standing::Standing;
 
@@ -330,9 +331,10 @@ impl Metrics {
                 metrics.0.candidate.set(current.candidate as i64);
                 let failing = current.health == Some(Health::Failing);
                 metrics.0.health_check_failing.set(failing as i64);
-                for hook in ["on_elected", "leader_command"] {
-                    let wait = current.backoff.filter(|b| b.hook == hook);
+                for kind in [HookKind::OnElected, HookKind::LeaderCommand] {
+                    let wait = current.backoff.filter(|b| b.hook == kind);
                     let seconds = wait.map_or(0.0, |b| b.delay.as_secs_f64());
+                    let hook = kind.as_str();
                     metrics
                         .0
                         .hook_backoff
@@ -351,15 +353,11 @@ impl Metrics {
     /// at 1 misses that first failure.
     pub fn expect_hooks(&self, config: &crate::config::Config) {
         let hooks = &config.hooks;
-        let configured = [
-            ("on_elected", hooks.on_elected.is_some()),
-            ("on_demoted", hooks.on_demoted.is_some()),
-            ("on_leader_change", hooks.on_leader_change.is_some()),
-            ("while_leader", hooks.while_leader.is_some()),
-            ("leader_command", hooks.leader_command.is_some()),
-            ("health_check", config.election.health_check.is_some()),
-        ];
-        for (hook, _) in configured.into_iter().filter(|(_, set)| *set) {
+        let configured = HookKind::ALL
+            .map(|kind| (kind.as_str(), hooks.is_set(kind)))
+            .into_iter()
+            .chain([("health_check", config.election.health_check.is_some())]);
+        for (hook, _) in configured.filter(|(_, set)| *set) {
             for outcome in ["success", "failure", "stopped", "not_started"] {
                 let _ = self
                     .0

@@ -6,6 +6,8 @@
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime};
 
+use crate::hooks::HookKind;
+
 /// Where the health check stands, for the status file, `/status` and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -25,7 +27,7 @@ pub enum Health {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
     /// `on_elected` or `leader_command`.
-    pub hook: &'static str,
+    pub hook: HookKind,
     /// Failures (quick exits) in a row, this one included.
     pub failures: u32,
     /// How long this wait is.

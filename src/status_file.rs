@@ -87,7 +87,7 @@ impl StatusDocument {
             health: standing.health,
             paused: status.paused,
             backoff: standing.backoff.map(|b| BackoffDocument {
-                hook: b.hook.to_owned(),
+                hook: b.hook.to_string(),
                 failures: b.failures,
                 delay_ms: b.delay.as_millis() as u64,
                 until: rfc3339(b.until),
@@ -233,7 +233,7 @@ mod tests {
             candidate: false,
             health: Some(Health::Failing),
             backoff: Some(crate::standing::Backoff {
-                hook: "on_elected",
+                hook: crate::hooks::HookKind::OnElected,
                 failures: 3,
                 delay: std::time::Duration::from_secs(4),
                 until: SystemTime::now(),

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use super::exit::{EXIT_FOLLOWER, EXIT_STATUS_UNKNOWN};
 use crate::config::Config;
 use crate::election::Role;
+use crate::hooks::HookKind;
 use crate::operator::{self, MemberReport};
 use crate::status_file::StatusDocument;
 use crate::store::{ControlStore, LeaseStore};
@@ -172,8 +173,8 @@ pub(super) fn local_status(config: &Config, json: bool) -> ExitCode {
             format!(", health check {health:?}").to_lowercase()
         });
         let backoff = document.backoff.as_ref().map_or(String::new(), |b| {
-            let then = match b.hook.as_str() {
-                "on_elected" => "claims nothing until",
+            let then = match b.hook.parse() {
+                Ok(HookKind::OnElected) => "claims nothing until",
                 _ => "restarts it at",
             };
             format!(

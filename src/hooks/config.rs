@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::containment::ContainmentMode;
+use super::kind::HookKind;
 
 /// Bound on one event hook (or one `while_leader` run) unless it sets `timeout`.
 pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(30);
@@ -13,12 +14,13 @@ pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound on stopping hooks and running `on_demoted` before a stopping node releases.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The keys of `[hooks]`: one per [`HookKind`], and the settings.
 pub const HOOK_KEYS: &[&str] = &[
-    "on_elected",
-    "on_demoted",
-    "on_leader_change",
-    "while_leader",
-    "leader_command",
+    HookKind::OnElected.as_str(),
+    HookKind::OnDemoted.as_str(),
+    HookKind::OnLeaderChange.as_str(),
+    HookKind::WhileLeader.as_str(),
+    HookKind::LeaderCommand.as_str(),
     "shutdown_timeout",
     "containment",
     "on_elected_failure",
@@ -153,25 +155,45 @@ impl Default for HooksConfig {
 }
 
 impl HooksConfig {
+    /// The event hook of `kind`, if set (`leader_command`, a [`LeaderCommand`], has none).
+    pub fn command(&self, kind: HookKind) -> Option<&HookCommand> {
+        match kind {
+            HookKind::OnElected => self.on_elected.as_ref(),
+            HookKind::OnDemoted => self.on_demoted.as_ref(),
+            HookKind::OnLeaderChange => self.on_leader_change.as_ref(),
+            HookKind::WhileLeader => self.while_leader.as_ref(),
+            HookKind::LeaderCommand => None,
+        }
+    }
+
+    /// Whether the hook of `kind` is set.
+    pub fn is_set(&self, kind: HookKind) -> bool {
+        match kind {
+            HookKind::LeaderCommand => self.leader_command.is_some(),
+            _ => self.command(kind).is_some(),
+        }
+    }
+
     /// Parses the `[hooks]` table (already checked for unknown top-level keys).
     pub fn parse(value: &toml::Value) -> Result<Self, HookConfigError> {
         let table = value
             .as_table()
             .ok_or_else(|| error("hooks", value, "must be a table"))?;
-        let hook = |name: &str| {
+        let hook = |kind: HookKind| {
             table
-                .get(name)
-                .map(|v| hook_command(&format!("hooks.{name}"), v))
+                .get(kind.as_str())
+                .map(|v| hook_command(&format!("hooks.{kind}"), v))
                 .transpose()
         };
+        let command = HookKind::LeaderCommand;
         Ok(HooksConfig {
-            on_elected: hook("on_elected")?,
-            on_demoted: hook("on_demoted")?,
-            on_leader_change: hook("on_leader_change")?,
-            while_leader: hook("while_leader")?,
+            on_elected: hook(HookKind::OnElected)?,
+            on_demoted: hook(HookKind::OnDemoted)?,
+            on_leader_change: hook(HookKind::OnLeaderChange)?,
+            while_leader: hook(HookKind::WhileLeader)?,
             leader_command: table
-                .get("leader_command")
-                .map(|v| leader_command("hooks.leader_command", v))
+                .get(command.as_str())
+                .map(|v| leader_command(&format!("hooks.{command}"), v))
                 .transpose()?,
             shutdown_timeout: table
                 .get("shutdown_timeout")
@@ -401,21 +423,14 @@ impl HooksConfig {
             "on_elected_failure".into(),
             self.on_elected_failure.as_str().into(),
         );
-        for (name, hook) in [
-            ("on_elected", &self.on_elected),
-            ("on_demoted", &self.on_demoted),
-            ("on_leader_change", &self.on_leader_change),
-            ("while_leader", &self.while_leader),
-        ] {
-            if let Some(hook) = hook {
-                table.insert(name.into(), toml::Value::Table(hook.to_toml()));
+        for kind in HookKind::ALL {
+            let entry = match kind {
+                HookKind::LeaderCommand => self.leader_command.as_ref().map(|c| c.to_toml()),
+                _ => self.command(kind).map(|hook| hook.to_toml()),
+            };
+            if let Some(entry) = entry {
+                table.insert(kind.as_str().into(), toml::Value::Table(entry));
             }
-        }
-        if let Some(command) = &self.leader_command {
-            table.insert(
-                "leader_command".into(),
-                toml::Value::Table(command.to_toml()),
-            );
         }
         table
     }

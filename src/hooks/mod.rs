@@ -12,13 +12,14 @@
 //! * `process` and [`guard`]: the hook process and the guard it runs under; `stub`: the
 //!   process a pre-started guard forks ahead for its hook.
 //! * [`containment`] and `subreaper`: how the guard holds everything a fenced hook starts.
-//! * [`config`]: the `[hooks]` section.
+//! * [`config`]: the `[hooks]` section; [`kind`]: the hooks it knows, and their names.
 //! * [`health`]: `[election.health_check]`, a check run like a hook that gates candidacy.
 
 pub mod config;
 pub mod containment;
 pub mod guard;
 pub mod health;
+pub mod kind;
 mod process;
 mod run;
 mod stub;
@@ -29,8 +30,12 @@ pub use config::HooksConfig;
 #[cfg(test)]
 pub use containment::ContainmentMode;
 pub use containment::{ContainmentError, resolve_containment};
+pub use kind::HookKind;
 pub use run::{HookContext, HookRuns, run_leased};
 /// The fence's instants, for the simulator's leader work.
 #[cfg(test)]
 pub(crate) use run::{fence_at, kill_lead, term_lead};
 pub use supervisor::{CrashLoopWiring, Hooks};
+/// The supervisor's phases and step-down order, for the simulator's model of it.
+#[cfg(test)]
+pub(crate) use supervisor::{Phase, Shutdown};

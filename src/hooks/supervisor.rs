@@ -4,9 +4,11 @@
 //! while this node leads; and a step-down (shutdown or resign) stops the leader work
 //! before `on_demoted` runs and the lease is given up.
 //!
-//! This file holds the task and its loop; `handle` is how the rest of leaderd drives it
-//! ([`Hooks`]), `step_down` the step-down sequence, `warm` the guard started ahead of a
-//! fenced hook, and `running` a run in progress.
+//! This file holds the task and its loop; `phase` where it stands ([`Phase`]: following,
+//! leading, resigning, shutting down) and the step-down order, `handle` is how the rest of
+//! leaderd drives it ([`Hooks`]), `step_down` the step-down sequence, `warm` the guard
+//! started ahead of a fenced hook, and `running` a run in progress. What the
+//! [`Supervisor`] keeps beside its phase, and why, `phase.rs` says.
 
 use std::collections::VecDeque;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -14,6 +16,7 @@ use tokio::time::{Instant, sleep_until};
 use tracing::{info, warn};
 
 use super::config::{ElectedFailure, HookCommand, HooksConfig, Restart};
+use super::kind::HookKind;
 use super::process::{Io, WarmGuard};
 use super::run::{HookContext, RunOutcome, RunSpec, run};
 use crate::election::{ResignHandle, Role, RoleEvent, Status};
@@ -21,33 +24,25 @@ use crate::store::Fence;
 
 mod backoff;
 mod handle;
+mod phase;
 mod running;
 mod step_down;
 mod warm;
 pub use backoff::CrashLoopWiring;
 use backoff::CrashLoops;
 pub use handle::{HookResign, Hooks};
-use running::{RunningHook, join_running};
+pub(crate) use phase::{Phase, Shutdown};
+use running::{RunningHook, join_running, leader_work_running};
 
 /// A queued event hook with the environment of its moment.
 struct EventJob {
-    hook: &'static str,
+    hook: HookKind,
     command: HookCommand,
     env: Vec<(String, String)>,
     /// on_elected of this term: leader-scoped, and followed by the leader_command.
     elected_term: Option<i64>,
     /// on_demoted of this term: waits until that term's leader work is gone.
     demoted_term: Option<i64>,
-}
-
-/// Why this side gives leadership up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StepDown {
-    /// The node is stopping: every hook is stopped, and nothing but on_demoted starts.
-    Shutdown,
-    /// The leader_command exited under step_down_on_exit: the election resigns once
-    /// leader work is stopped and on_demoted has run.
-    Resign,
 }
 
 /// The supervisor task's state: what runs now, what is queued, and where a step-down is.
@@ -60,14 +55,11 @@ struct Supervisor {
     stop_by: watch::Sender<Option<Instant>>,
     /// The same for leader-scoped processes only (shutdown and resign).
     stop_leader_work_by: watch::Sender<Option<Instant>>,
-    /// The term this node is resigning from: its leader work is stopping, and the
-    /// election resigns once that and on_demoted are done.
-    resigning: Option<i64>,
+    /// Following, leading, resigning or shutting down, with what each has.
+    phase: Phase,
     /// The last term whose on_demoted was queued: a term is demoted once, whichever of
     /// a resign, a shutdown and the election's own event says so first.
     demoted_queued: Option<i64>,
-    /// The term this node leads, as the events tell.
-    leading: Option<i64>,
     /// The leader, the one before it and the term, as the events tell: for the hooks'
     /// `LEADERD_*` environment.
     leader: Option<String>,
@@ -77,21 +69,12 @@ struct Supervisor {
     queue: VecDeque<EventJob>,
     /// The event hook running now (its term is set if it is on_elected).
     event_run: Option<RunningHook>,
-    /// The while_leader run of the last tick, if still running, and when the next is due.
+    /// The while_leader run of the last tick, if still running.
     while_run: Option<RunningHook>,
-    next_while: Instant,
     command_run: Option<RunningHook>,
-    /// When stepping down for shutdown must be over.
-    step_down_deadline: Option<Instant>,
-    /// When the leader_command that ended starts again (per its `restart`).
-    command_restart_at: Option<Instant>,
-    /// Stepping down for shutdown: no new leader work, events ignored.
-    stopping: bool,
     /// A guard started ahead of time for the next fenced hook, and when to start the next.
     warm: Option<WarmGuard>,
     warm_due: Option<Instant>,
-    /// The warm guard a shutdown closed, until it has exited.
-    closing_warm: Option<tokio::task::JoinHandle<()>>,
     /// Hooks that keep failing, and how long each is held off (`backoff.rs`).
     crash_loops: CrashLoops,
 }
@@ -113,30 +96,24 @@ impl Supervisor {
             resign,
             stop_by: watch::channel(None).0,
             stop_leader_work_by: watch::channel(None).0,
-            resigning: None,
+            phase: Phase::Following,
             demoted_queued: None,
-            leading: None,
             leader: None,
             previous_leader: None,
             term: None,
             queue: VecDeque::new(),
             event_run: None,
             while_run: None,
-            next_while: Instant::now(),
             command_run: None,
-            step_down_deadline: None,
-            command_restart_at: None,
-            stopping: false,
             warm: None,
             warm_due: Some(Instant::now()),
-            closing_warm: None,
         }
     }
 
-    fn env(&self, event: &str, role: Role) -> Vec<(String, String)> {
+    fn env(&self, hook: HookKind, role: Role) -> Vec<(String, String)> {
         let c = &self.context;
         vec![
-            ("LEADERD_EVENT".into(), event.into()),
+            ("LEADERD_EVENT".into(), hook.event().into()),
             ("LEADERD_ELECTION".into(), c.election.clone()),
             ("LEADERD_NODE_ID".into(), c.node_id.clone()),
             ("LEADERD_ROLE".into(), role.as_str().into()),
@@ -156,8 +133,8 @@ impl Supervisor {
             // for the leader's.
             (
                 "LEADERD_FENCE".into(),
-                match (event, role, self.term) {
-                    ("elected" | "while_leader" | "leader_command", Role::Leader, Some(term)) => {
+                match (hook.is_leader_work(), role, self.term) {
+                    (true, Role::Leader, Some(term)) => {
                         Fence::new(&c.election, term).statement(c.backend)
                     }
                     _ => String::new(),
@@ -168,7 +145,7 @@ impl Supervisor {
 
     fn start(
         &mut self,
-        hook: &'static str,
+        hook: HookKind,
         command: &HookCommand,
         env: Vec<(String, String)>,
         fence_term: Option<i64>,
@@ -176,12 +153,12 @@ impl Supervisor {
         let mut env = env;
         env.extend(command.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         let mut timeout = command.timeout;
-        if let Some(deadline) = self.step_down_deadline {
+        if let Phase::ShuttingDown(shutdown) = &self.phase {
             // on_demoted at shutdown gets what is left of hooks.shutdown_timeout.
-            timeout = timeout.min(deadline.saturating_duration_since(Instant::now()));
+            timeout = timeout.min(shutdown.deadline.saturating_duration_since(Instant::now()));
         }
         let spec = RunSpec {
-            hook,
+            hook: hook.as_str(),
             argv: command.argv.clone(),
             env,
             timeout: Some(timeout),
@@ -190,13 +167,14 @@ impl Supervisor {
             forward: None,
             warm: fence_term.and_then(|_| self.take_warm_guard()),
         };
-        self.spawn(spec)
+        self.spawn(hook, spec)
     }
 
-    /// Starts `spec` on a task of its own, stoppable as [`Self::stop_receiver`] says.
-    fn spawn(&self, spec: RunSpec) -> RunningHook {
+    /// Starts `spec` (a run of `hook`) on a task of its own, stoppable as
+    /// [`Self::stop_receiver`] says.
+    fn spawn(&self, hook: HookKind, spec: RunSpec) -> RunningHook {
         let term = spec.fence_term;
-        let stop_by = self.stop_receiver(spec.hook, term.is_some());
+        let stop_by = self.stop_receiver(hook, term.is_some());
         RunningHook {
             handle: tokio::spawn(run(
                 spec,
@@ -212,20 +190,24 @@ impl Supervisor {
         let Some(command) = &self.config.leader_command else {
             return;
         };
-        let Some(term) = self.leading else { return };
+        // Only while leading (so never while shutting down).
+        let Some(term) = self.phase.leading() else {
+            return;
+        };
         // Not before this term's on_elected has finished.
         let elected_pending = self
             .event_run
             .as_ref()
             .is_some_and(|run| run.term == Some(term))
             || self.queue.iter().any(|job| job.elected_term == Some(term));
-        if self.stopping || self.command_run.is_some() || elected_pending {
+        if self.command_run.is_some() || elected_pending {
             return;
         }
-        let mut env = self.env("leader_command", Role::Leader);
+        let hook = HookKind::LeaderCommand;
+        let mut env = self.env(hook, Role::Leader);
         env.extend(command.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         let spec = RunSpec {
-            hook: "leader_command",
+            hook: hook.as_str(),
             argv: command.argv.clone(),
             env,
             timeout: None,
@@ -235,24 +217,23 @@ impl Supervisor {
             warm: self.take_warm_guard(),
         };
         info!(term, "starting leader_command");
-        self.command_run = Some(self.spawn(spec));
+        self.command_run = Some(self.spawn(hook, spec));
         self.crash_loops.command_started();
     }
 
     fn on_event(&mut self, event: RoleEvent) {
         match event {
             RoleEvent::Elected { term } => {
-                self.leading = Some(term);
+                // A resign of an earlier term is moot: that term is over.
+                self.phase.elected(term);
                 self.term = Some(term);
                 self.stop_leader_work_by.send_replace(None);
-                // A resign of an earlier term is moot: that term is over.
-                self.resigning = None;
-                self.next_while = Instant::now();
                 match self.config.on_elected.clone() {
                     Some(command) => {
-                        let env = self.env("elected", Role::Leader);
+                        let hook = HookKind::OnElected;
+                        let env = self.env(hook, Role::Leader);
                         self.queue.push_back(EventJob {
-                            hook: "on_elected",
+                            hook,
                             command,
                             env,
                             elected_term: Some(term),
@@ -263,8 +244,8 @@ impl Supervisor {
                 }
             }
             RoleEvent::Demoted { term } => {
-                self.leading = None;
-                self.command_restart_at = None;
+                // A pending leader_command restart ends with the term.
+                self.phase.demoted();
                 self.crash_loops.term_ended();
                 // Queued leader-only hooks of that term are moot now.
                 self.queue.retain(|job| job.elected_term.is_none());
@@ -273,11 +254,11 @@ impl Supervisor {
                 self.queue_on_demoted(term);
             }
             RoleEvent::ResignRequested { term } => {
-                if self.stopping || self.resigning.is_some() {
+                if self.phase.is_shutting_down() || self.phase.resigning().is_some() {
                     // A step-down is already under way.
-                } else if self.leading == Some(term) {
+                } else if self.phase.leading() == Some(term) {
                     info!(term, "asked to step down; stopping leader work");
-                    self.begin_step_down(StepDown::Resign);
+                    self.begin_resign();
                 } else {
                     // No leader work of that term here: nothing to stop first.
                     self.resign.resign_term(term);
@@ -297,9 +278,10 @@ impl Supervisor {
                 self.term = term.or(self.term);
                 if let Some(command) = self.config.on_leader_change.clone() {
                     let role = self.status.borrow().role;
-                    let env = self.env("leader_change", role);
+                    let hook = HookKind::OnLeaderChange;
+                    let env = self.env(hook, role);
                     self.queue.push_back(EventJob {
-                        hook: "on_leader_change",
+                        hook,
                         command,
                         env,
                         elected_term: None,
@@ -312,10 +294,8 @@ impl Supervisor {
 
     /// Whether leader-scoped processes of `term` or earlier are still running.
     fn leader_work_running(&self, term: i64) -> bool {
-        [&self.command_run, &self.while_run, &self.event_run]
-            .into_iter()
-            .flatten()
-            .any(|run| run.leader_work_of(term))
+        let runs = [&self.command_run, &self.while_run, &self.event_run];
+        leader_work_running(runs, term)
     }
 
     fn start_next_event_hook(&mut self) {
@@ -344,29 +324,29 @@ impl Supervisor {
         mut resigns: mpsc::Receiver<()>,
     ) {
         tokio::pin!(step_down);
-        let mut step_down_done: Option<oneshot::Sender<()>> = None;
         loop {
             self.start_next_event_hook();
-            let while_due =
-                self.leading.is_some() && !self.stopping && self.config.while_leader.is_some();
+            let (next_while, command_restart_at) = self.phase.timers();
+            let while_due = next_while.is_some() && self.config.while_leader.is_some();
+            let shutting_down = self.phase.is_shutting_down();
+            let closing_warm = self.phase.closing_warm();
             tokio::select! {
                 // A stop first: an event waiting beside it must not start leader work.
                 biased;
-                done = &mut step_down, if step_down_done.is_none() && !self.stopping => {
+                done = &mut step_down, if !shutting_down => {
                     let Ok(done) = done else { continue };
-                    self.begin_step_down(StepDown::Shutdown);
-                    step_down_done = Some(done);
+                    self.begin_shutdown(done);
                 }
                 event = events.recv() => match event {
-                    Some(_) if self.stopping => {}
+                    Some(_) if shutting_down => {}
                     Some(event) => self.on_event(event),
                     None => break,
                 },
                 Some(()) = resigns.recv() => {
-                    // Once: the first request took `leading`.
-                    if self.leading.is_some() && !self.stopping {
-                        info!(term = self.leading, "stepping down on request");
-                        self.begin_step_down(StepDown::Resign);
+                    // Once: the first request ended `Leading`.
+                    if let Some(term) = self.phase.leading() {
+                        info!(term, "stepping down on request");
+                        self.begin_resign();
                     }
                 }
                 Some(config) = reloads.recv() => {
@@ -378,18 +358,12 @@ impl Supervisor {
                     self.start_leader_command();
                 }
                 (outcome, elected_term) = join_running(&mut self.event_run) => {
-                    if elected_term.is_some() && elected_term == self.leading {
+                    if elected_term.is_some() && elected_term == self.phase.leading() {
                         self.on_elected_ended(outcome);
                     }
                 }
-                _ = sleep_until(self.next_while), if while_due => {
-                    self.next_while = Instant::now() + self.context.interval;
-                    if self.while_run.is_some() {
-                        info!("while_leader is still running; skipping this tick");
-                    } else if let Some(command) = self.config.while_leader.clone() {
-                        let env = self.env("while_leader", Role::Leader);
-                        self.while_run = Some(self.start("while_leader", &command, env, self.leading));
-                    }
+                _ = sleep_until(next_while.unwrap_or_else(Instant::now)), if while_due => {
+                    self.while_leader_tick();
                 }
                 _ = join_running(&mut self.while_run) => {}
                 (outcome, term) = join_running(&mut self.command_run) => {
@@ -398,30 +372,36 @@ impl Supervisor {
                 _ = sleep_until(self.warm_due.unwrap_or_else(Instant::now)), if self.warm_due.is_some() => {
                     self.start_warm_guard();
                 }
-                _ = async { self.closing_warm.as_mut().expect("checked").await }, if self.closing_warm.is_some() => {
-                    self.closing_warm = None;
-                }
-                _ = sleep_until(self.command_restart_at.unwrap_or_else(Instant::now)), if self.command_restart_at.is_some() => {
-                    self.command_restart_at = None;
+                _ = self.phase.warm_guard_closed(), if closing_warm => {}
+                _ = sleep_until(command_restart_at.unwrap_or_else(Instant::now)), if command_restart_at.is_some() => {
+                    self.phase.restart_command_at(None);
                     self.start_leader_command();
                 }
                 _ = sleep_until(self.crash_loops.reopen_at.unwrap_or_else(Instant::now)), if self.crash_loops.reopen_at.is_some() => {
                     self.crash_loops.reopen();
                 }
             }
-            self.start_next_event_hook();
-            self.resign_when_stepped_down();
-            if let Some(done) = step_down_done.take() {
-                if self.leader_work_running(i64::MAX)
-                    || self.event_run.is_some()
-                    || !self.queue.is_empty()
-                    || self.closing_warm.is_some()
-                {
-                    step_down_done = Some(done);
-                } else {
-                    let _ = done.send(());
-                }
-            }
+            self.advance_step_down();
+        }
+    }
+
+    /// A `while_leader` tick: the next is due an interval on; this one starts unless the
+    /// last is still running.
+    fn while_leader_tick(&mut self) {
+        let Phase::Leading {
+            term, next_while, ..
+        } = &mut self.phase
+        else {
+            return;
+        };
+        *next_while = Instant::now() + self.context.interval;
+        let term = *term;
+        if self.while_run.is_some() {
+            info!("while_leader is still running; skipping this tick");
+        } else if let Some(command) = self.config.while_leader.clone() {
+            let hook = HookKind::WhileLeader;
+            let env = self.env(hook, Role::Leader);
+            self.while_run = Some(self.start(hook, &command, env, Some(term)));
         }
     }
 
@@ -429,21 +409,19 @@ impl Supervisor {
     /// work starts, unless the hook failed and `on_elected_failure` says to step down.
     fn on_elected_ended(&mut self, outcome: Option<RunOutcome>) {
         let failed = outcome.as_ref().is_none_or(|o| !o.success());
-        if failed
-            && !self.stopping
-            && self.resigning.is_none()
-            && self.config.on_elected_failure == ElectedFailure::StepDown
-        {
+        let term = self.phase.leading();
+        // Called while leading only: neither resigning nor shutting down.
+        if failed && self.config.on_elected_failure == ElectedFailure::StepDown {
             // Stepping down, and (backoff.rs) out of claims for a while.
-            self.crash_loops.elected_failed(self.leading);
-            self.begin_step_down(StepDown::Resign);
+            self.crash_loops.elected_failed(term);
+            self.begin_resign();
             return;
         }
         if !failed {
             self.crash_loops.elected_succeeded();
         } else {
             warn!(
-                term = self.leading,
+                term,
                 "on_elected failed; leading anyway (hooks.on_elected_failure = \"ignore\")"
             );
         }
@@ -455,20 +433,21 @@ impl Supervisor {
             return;
         };
         let Some(outcome) = outcome else { return };
-        if self.leading.is_none() || self.stopping {
+        // Only while leading (so never while shutting down).
+        let Some(leading) = self.phase.leading() else {
             return;
-        }
-        if self.leading != term {
+        };
+        if Some(leading) != term {
             // That was an earlier term's; this term's starts now.
             self.start_leader_command();
             return;
         }
         if !outcome.stopped && command.step_down_on_exit {
             warn!(
-                term = self.leading,
+                term = leading,
                 "leader_command exited; stepping down (step_down_on_exit)"
             );
-            self.begin_step_down(StepDown::Resign);
+            self.begin_resign();
             return;
         }
         let restart = outcome.stopped
@@ -486,7 +465,7 @@ impl Supervisor {
                     .crash_loops
                     .command_exited(term, &super::run::describe(outcome.status)),
             };
-            self.command_restart_at = Some(Instant::now() + delay);
+            self.phase.restart_command_at(Some(Instant::now() + delay));
         }
     }
 }

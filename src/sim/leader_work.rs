@@ -1,7 +1,7 @@
 //! Leader work in the simulation, and property 15.
 //!
-//! The hook supervisor is modelled by its step-down order (`hooks/supervisor/`): one
-//! leader command per term, started on `Elected` with lease left, stopped on a step-down
+//! The hook supervisor is modelled by its step-down order (`hooks/supervisor/`), driven
+//! through its own [`Phase`] (`hooks/supervisor/phase.rs`): one leader command per term, started on `Elected` with lease left, stopped on a step-down
 //! (SIGTERM, SIGKILL after the stop time) before a resign is passed on or a shutdown's
 //! step-down ends, and killed by its fence ([`crate::hooks::fence_at`], the real instants)
 //! once the status no longer says this term. The work itself is a process of its own:
@@ -16,7 +16,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep, sleep_until};
 
@@ -25,7 +25,7 @@ use super::ledger::{LEADER_WORK, WorkView};
 use super::models::{Freeze, HookRequest, freezable};
 use super::world::{ELECTION, World};
 use crate::election::{BootClock, ResignHandle, RoleEvent, Status};
-use crate::hooks::{fence_at, kill_lead, term_lead};
+use crate::hooks::{Phase, Shutdown, fence_at, kill_lead, term_lead};
 
 /// The longest a SIGKILLed work takes to be gone (reaped, its process group swept by
 /// its guard): within the fence's 20 ms kill lead on the deadline, which is what that
@@ -81,21 +81,21 @@ pub(super) async fn supervisor_model(
 ) {
     let mut rng = SmallRng::seed_from_u64(setting.seed);
     let interval = setting.world.scenario.interval;
-    let mut leading: Option<i64> = None;
-    let mut resigning: Option<i64> = None;
-    let mut stopping = false;
+    // Leading, resigning and shutting down as the supervisor has them; the model keeps
+    // its own restart time (not the phase's: it is not cleared by a step-down).
+    let mut phase = Phase::Following;
     let mut stop_work_by: Option<Instant> = None;
     let mut restart_at: Option<Instant> = None;
-    let mut step_down_done: Option<oneshot::Sender<()>> = None;
     // The runs, each with the channel that tells it the status and its stop instant.
     let mut runs: JoinSet<i64> = JoinSet::new();
     let mut running: Vec<(i64, watch::Sender<Told>)> = Vec::new();
     let mut requests_open = true;
     loop {
         // The leader command starts once per term, when none runs.
-        if let Some(term) = leading.filter(|_| {
-            !stopping && running.is_empty() && restart_at.is_none_or(|at| at <= Instant::now())
-        }) {
+        if let Some(term) = phase
+            .leading()
+            .filter(|_| running.is_empty() && restart_at.is_none_or(|at| at <= Instant::now()))
+        {
             restart_at = None;
             let seen = (status.borrow().clone(), stop_work_by);
             let (tell, told) = watch::channel(seen);
@@ -105,50 +105,51 @@ pub(super) async fn supervisor_model(
             ));
             running.push((term, tell));
         }
-        let begin_step_down = |resign: bool,
-                               leading: &mut Option<i64>,
-                               resigning: &mut Option<i64>,
-                               stop_work_by: &mut Option<Instant>| {
+        // The leader work's stop, as the supervisor's `stop_leader_work` sends it.
+        let stop_work = |stop_work_by: &mut Option<Instant>| {
             let at = Instant::now() + setting.stop_time;
             *stop_work_by = Some(stop_work_by.map_or(at, |by| by.min(at)));
-            if resign {
-                *resigning = *leading;
-            }
-            leading.take();
         };
         tokio::select! {
             biased;
             request = requests.recv(), if requests_open => match request {
                 None => requests_open = false,
-                Some(HookRequest::StepDown(done)) => {
-                    if !stopping {
-                        begin_step_down(false, &mut leading, &mut resigning, &mut stop_work_by);
-                        stopping = true;
+                Some(HookRequest::StepDown(done)) => match &mut phase {
+                    Phase::ShuttingDown(shutdown) => shutdown.done = Some(done),
+                    _ => {
+                        stop_work(&mut stop_work_by);
+                        phase.begin_shutdown(Shutdown {
+                            // No hook here reads it: the model runs no on_demoted.
+                            deadline: Instant::now(),
+                            resigning: None,
+                            closing_warm: None,
+                            done: Some(done),
+                        });
                     }
-                    step_down_done = Some(done);
-                }
+                },
                 Some(HookRequest::Resign) => {
-                    if leading.is_some() && !stopping {
-                        begin_step_down(true, &mut leading, &mut resigning, &mut stop_work_by);
+                    if phase.leading().is_some() {
+                        stop_work(&mut stop_work_by);
+                        phase.begin_resign();
                     }
                 }
             },
             event = events.recv() => match event {
                 None => return,
-                Some(_) if stopping => {}
+                Some(_) if phase.is_shutting_down() => {}
                 Some(RoleEvent::Elected { term }) => {
-                    leading = Some(term);
+                    phase.elected(term);
                     stop_work_by = None;
-                    resigning = None;
                 }
                 Some(RoleEvent::Demoted { .. }) => {
-                    leading = None;
+                    phase.demoted();
                     restart_at = None;
                 }
                 Some(RoleEvent::ResignRequested { term }) => {
-                    if resigning.is_some() {
-                    } else if leading == Some(term) {
-                        begin_step_down(true, &mut leading, &mut resigning, &mut stop_work_by);
+                    if phase.resigning().is_some() {
+                    } else if phase.leading() == Some(term) {
+                        stop_work(&mut stop_work_by);
+                        phase.begin_resign();
                     } else {
                         resign.resign_term(term);
                     }
@@ -161,7 +162,7 @@ pub(super) async fn supervisor_model(
                 running.retain(|(t, _)| *t != term);
                 // Stopped (by its fence, say) while this node still leads in its term:
                 // again after an interval, as `restart` says of a stopped command.
-                if leading == Some(term) {
+                if phase.leading() == Some(term) {
                     restart_at = Some(Instant::now() + interval);
                 }
             }
@@ -171,15 +172,9 @@ pub(super) async fn supervisor_model(
         for (_, tell) in &running {
             tell.send_replace((seen.clone(), stop_work_by));
         }
-        if let Some(term) = resigning.filter(|t| !running.iter().any(|(r, _)| r <= t)) {
-            resigning = None;
-            resign.resign_term(term);
-        }
-        if running.is_empty() {
-            if let Some(done) = step_down_done.take() {
-                let _ = done.send(());
-            }
-        }
+        // The supervisor's step-down order; the model's runs are all leader work.
+        let work_running = |term| running.iter().any(|(r, _)| *r <= term);
+        phase.advance_step_down(work_running, false, |term| resign.resign_term(term));
     }
 }
 

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::election::CandidacyGate;
+use crate::hooks::kind::HookKind;
 use crate::standing::{Backoff, Standing};
 
 /// The longest wait between two tries.
@@ -85,7 +86,7 @@ impl CrashLoops {
         }
     }
 
-    fn backoff(hook: &'static str, failures: u32, delay: Duration) -> Backoff {
+    fn backoff(hook: HookKind, failures: u32, delay: Duration) -> Backoff {
         Backoff {
             hook,
             failures,
@@ -108,7 +109,7 @@ impl CrashLoops {
             gate.close();
             self.reopen_at = Some(Instant::now() + delay);
         }
-        self.publish(Some(Self::backoff("on_elected", failures, delay)));
+        self.publish(Some(Self::backoff(HookKind::OnElected, failures, delay)));
     }
 
     /// on_elected succeeded: the loop, if any, is over.
@@ -123,10 +124,10 @@ impl CrashLoops {
             gate.open();
         }
         info!("on_elected back-off over; this node may claim again");
-        self.clear("on_elected");
+        self.clear(HookKind::OnElected);
     }
 
-    fn clear(&self, hook: &str) {
+    fn clear(&self, hook: HookKind) {
         if let Some(standing) = &self.wiring.standing {
             standing.send_if_modified(|standing| {
                 let ours = standing.backoff.is_some_and(|b| b.hook == hook);
@@ -140,7 +141,7 @@ impl CrashLoops {
 
     pub(super) fn command_started(&mut self) {
         self.command_started = Some(Instant::now());
-        self.clear("leader_command");
+        self.clear(HookKind::LeaderCommand);
     }
 
     /// The leader_command exited on its own and is to be restarted: how long to wait.
@@ -168,7 +169,11 @@ impl CrashLoops {
                 humantime::format_duration(delay)
             );
         }
-        self.publish(Some(Self::backoff("leader_command", failures, delay)));
+        self.publish(Some(Self::backoff(
+            HookKind::LeaderCommand,
+            failures,
+            delay,
+        )));
         delay
     }
 
@@ -176,7 +181,7 @@ impl CrashLoops {
     pub(super) fn term_ended(&mut self) {
         self.command = Steps::default();
         self.command_started = None;
-        self.clear("leader_command");
+        self.clear(HookKind::LeaderCommand);
     }
 }
 
@@ -209,7 +214,7 @@ mod tests {
         loops.elected_failed(Some(3));
         loops.elected_failed(Some(4));
         let backoff = seen.borrow().backoff.unwrap();
-        assert_eq!((backoff.hook, backoff.failures), ("on_elected", 2));
+        assert_eq!((backoff.hook, backoff.failures), (HookKind::OnElected, 2));
         assert_eq!(backoff.delay, Duration::from_secs(1));
         assert!(loops.reopen_at.is_some());
         loops.reopen();

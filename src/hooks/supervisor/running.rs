@@ -19,6 +19,13 @@ impl RunningHook {
     }
 }
 
+/// Whether any of `runs` is leader work of `term` or an earlier term.
+pub(super) fn leader_work_running(runs: [&Option<RunningHook>; 3], term: i64) -> bool {
+    runs.into_iter()
+        .flatten()
+        .any(|run| run.leader_work_of(term))
+}
+
 /// Waits for the run in `slot` to end, empties the slot and gives back its outcome (`None`
 /// if the task failed) and its term; pending while the slot is empty. Cancel-safe: the
 /// handle stays in the slot until it has finished, so a `select!` that takes another

@@ -1,19 +1,23 @@
 //! The step-down sequence, for a shutdown and a resign alike: stop the leader work (every
 //! hook, for a shutdown), run `on_demoted` once per term, and only then let the lease go
 //! (a resign is passed on to the election here; for a shutdown the daemon awaits
-//! [`super::Hooks::step_down`] before the election stops).
+//! [`super::Hooks::step_down`] before the election stops). It begins in
+//! [`Supervisor::begin_resign`] or [`Supervisor::begin_shutdown`], and goes on in
+//! [`Supervisor::advance_step_down`] after each turn of the loop ([`Phase`] holds the
+//! order, for the simulator's model too).
 //!
 //! Fence-critical: a run is stopped through `stop_by` (every hook, shutdown only) or
 //! `stop_leader_work_by` (leader-scoped runs, shutdown and resign), and on_demoted and the
 //! release wait until the leader work of the term is gone.
 
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
-use tracing::info;
 
-use super::{EventJob, StepDown, Supervisor};
+use super::running::leader_work_running;
+use super::{EventJob, Shutdown, Supervisor};
 use crate::election::Role;
+use crate::hooks::kind::HookKind;
 
 impl Supervisor {
     /// Runs started before a shutdown step-down are stopped by it; those started after
@@ -21,10 +25,10 @@ impl Supervisor {
     /// timeout. A resign stops leader-scoped runs only.
     pub(super) fn stop_receiver(
         &self,
-        hook: &'static str,
+        hook: HookKind,
         leader_scoped: bool,
     ) -> watch::Receiver<Option<Instant>> {
-        if self.stopping || hook == "on_demoted" {
+        if self.phase.is_shutting_down() || hook == HookKind::OnDemoted {
             watch::channel(None).1
         } else if leader_scoped {
             self.stop_leader_work_by.subscribe()
@@ -39,7 +43,8 @@ impl Supervisor {
         }
         if let Some(command) = self.config.on_demoted.clone() {
             self.demoted_queued = Some(term);
-            let mut env = self.env("demoted", Role::Unknown);
+            let hook = HookKind::OnDemoted;
+            let mut env = self.env(hook, Role::Unknown);
             set(&mut env, "LEADERD_TERM", term.to_string());
             // This node no longer leads: whoever leads next is not known yet, and the
             // leader before that is this node.
@@ -52,7 +57,7 @@ impl Supervisor {
                 );
             }
             self.queue.push_back(EventJob {
-                hook: "on_demoted",
+                hook,
                 command,
                 env,
                 elected_term: None,
@@ -64,10 +69,10 @@ impl Supervisor {
     /// The one way this side gives leadership up, for a shutdown and a resign alike: stop
     /// every leader-scoped process (SIGTERM, then SIGKILL after the leader_command's stop
     /// timeout), then run on_demoted. The election goes on renewing meanwhile, and
-    /// releases the row only after this (the daemon awaits [`Hooks::step_down`] before
-    /// the election stops; a resign is passed on when done) and after the status file
-    /// says so.
-    pub(super) fn begin_step_down(&mut self, reason: StepDown) {
+    /// releases the row only after this (the daemon awaits [`super::Hooks::step_down`]
+    /// before the election stops; a resign is passed on when done) and after the status
+    /// file says so. Returns the instant leader work is stopped by.
+    fn stop_leader_work(&mut self) -> Option<Instant> {
         let grace = self
             .config
             .leader_command
@@ -75,48 +80,65 @@ impl Supervisor {
             .map_or(Duration::ZERO, |c| c.stop_timeout)
             .min(self.config.shutdown_timeout);
         let stop_at = Some(Instant::now() + grace);
-        // A stop already under way keeps its earlier SIGKILL.
-        let sooner = |current: &mut Option<Instant>| {
-            *current = (*current).min(stop_at).or(stop_at);
-            true
-        };
-        self.stop_leader_work_by.send_if_modified(sooner);
-        self.command_restart_at = None;
+        self.stop_leader_work_by.send_if_modified(sooner(stop_at));
         // Queued leader-only hooks are moot now.
         self.queue.retain(|job| job.elected_term.is_none());
-        match reason {
-            StepDown::Shutdown => {
-                self.step_down_deadline = Some(Instant::now() + self.config.shutdown_timeout);
-                // Event hooks running now are stopped too (on_demoted excepted), and none
-                // but on_demoted runs.
-                self.stop_by.send_if_modified(sooner);
-                self.stopping = true;
-                // Closed, and waited for before the step-down is done (see the loop).
-                self.warm_due = None;
-                if let Some(guard) = self.warm.take() {
-                    self.closing_warm = Some(tokio::spawn(guard.close()));
-                }
-                self.queue.retain(|job| job.demoted_term.is_some());
-            }
-            StepDown::Resign => self.resigning = self.leading,
-        }
-        if let Some(term) = self.leading.take() {
+        stop_at
+    }
+
+    /// A resign (step_down_on_exit, a failed on_elected, a request) while leading: the
+    /// leader work stops, on_demoted is queued, and the election resigns once both are
+    /// done ([`Self::advance_step_down`]).
+    pub(super) fn begin_resign(&mut self) {
+        self.stop_leader_work();
+        if let Some(term) = self.phase.begin_resign() {
             self.queue_on_demoted(term);
         }
     }
 
-    /// Passes a resign on to the election once its leader work and on_demoted are done.
-    pub(super) fn resign_when_stepped_down(&mut self) {
-        let Some(term) = self.resigning else { return };
-        if self.leader_work_running(term) || self.event_run.is_some() || !self.queue.is_empty() {
-            return;
+    /// A shutdown's step-down, `done` told when it is over: as a resign, and every event
+    /// hook running is stopped too, nothing but on_demoted starts, and the warm guard is
+    /// closed (and waited for).
+    pub(super) fn begin_shutdown(&mut self, done: oneshot::Sender<()>) {
+        let stop_at = self.stop_leader_work();
+        let deadline = Instant::now() + self.config.shutdown_timeout;
+        // Event hooks running now are stopped too (on_demoted excepted).
+        self.stop_by.send_if_modified(sooner(stop_at));
+        self.warm_due = None;
+        let closing_warm = self.warm.take().map(|guard| tokio::spawn(guard.close()));
+        self.queue.retain(|job| job.demoted_term.is_some());
+        let led = self.phase.begin_shutdown(Shutdown {
+            deadline,
+            resigning: None,
+            closing_warm,
+            done: Some(done),
+        });
+        if let Some(term) = led {
+            self.queue_on_demoted(term);
         }
-        self.resigning = None;
-        info!(
-            term,
-            "leader work stopped and on_demoted done; releasing the lease"
+    }
+
+    /// The step-down order after each turn of the loop: on_demoted starts once its term's
+    /// leader work is gone, then a resign is passed on to the election once on_demoted is
+    /// done too, then a shutdown is answered once every hook is gone.
+    pub(super) fn advance_step_down(&mut self) {
+        self.start_next_event_hook();
+        let runs = [&self.command_run, &self.while_run, &self.event_run];
+        let event_hooks_busy = self.event_run.is_some() || !self.queue.is_empty();
+        self.phase.advance_step_down(
+            |term| leader_work_running(runs, term),
+            event_hooks_busy,
+            |term| self.resign.resign_term(term),
         );
-        self.resign.resign_term(term);
+    }
+}
+
+/// Moves a stop instant earlier, never later: a stop already under way keeps its earlier
+/// SIGKILL.
+fn sooner(stop_at: Option<Instant>) -> impl FnOnce(&mut Option<Instant>) -> bool {
+    move |current| {
+        *current = (*current).min(stop_at).or(stop_at);
+        true
     }
 }
 

@@ -16,7 +16,7 @@ impl Supervisor {
     /// Whether any hook configured now is fenced (and so can use a guard started ahead).
     fn runs_fenced_hooks(&self) -> bool {
         let c = &self.config;
-        !self.stopping
+        !self.phase.is_shutting_down()
             && (c.on_elected.is_some() || c.while_leader.is_some() || c.leader_command.is_some())
     }
 
