@@ -8,15 +8,26 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
 
+mod http;
+mod kubernetes;
+pub(crate) mod members;
+mod metrics;
+mod outage;
+mod status_writer;
+mod systemd;
+
+/// Why the HTTP server could not start (the CLI's exit status for it).
+pub(crate) use http::HttpError;
+
 use crate::config::{Config, ConfigError, UrlSource};
 use crate::election::{ClaimGate, Election, ElectionSettings, Status};
 use crate::hooks::health::{self, HealthWiring};
 use crate::hooks::{self, HookContext, Hooks};
 use crate::logging::LogLevel;
-use crate::metrics::Metrics;
+use crate::signals;
 use crate::standing::Health;
 use crate::standing::Standing;
-use crate::{http, kubernetes, members, signals, status_file, systemd};
+use metrics::Metrics;
 
 /// What a stop may take besides `hooks.shutdown_timeout` and the release: the grace
 /// between a hook's SIGTERM and its SIGKILL.
@@ -109,7 +120,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     let (round_times, last_round) = watch::channel(None);
     let observer_metrics = metrics.clone();
     // A database outage, logged while it lasts (at most every 10 s, with its cause).
-    let outage = crate::outage::OutageLog::default();
+    let outage = outage::OutageLog::default();
     let outage_log = outage.spawn(election.round_errors());
     // A database clock that steps by more than the safety margin, warned of (a log line).
     let clock_jumps = std::sync::Mutex::new(crate::election::ClockJumps::new(
@@ -184,7 +195,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         )),
         _ => None,
     };
-    let (writer, durable) = status_file::spawn_writer(
+    let (writer, durable) = status_writer::spawn_writer(
         config.status.path.clone(),
         config.election.name.clone(),
         config.node.id.clone(),
