@@ -4,6 +4,7 @@
 //! The known keys, the printed form and the reload's comparison all follow from the
 //! structs. Every error names the offending key and value.
 
+mod kubernetes;
 mod load;
 mod names;
 mod preflight;
@@ -11,6 +12,7 @@ mod secrets;
 mod timing;
 mod value;
 
+pub use kubernetes::KubernetesConfig;
 pub use preflight::PreflightError;
 
 pub use crate::env_names::DEFAULT_CONFIG_VARIABLE;
@@ -18,7 +20,6 @@ pub use crate::env_names::DEFAULT_CONFIG_VARIABLE;
 use crate::election::settings::{Setting, SettingsError};
 use crate::hooks::HooksConfig;
 use crate::hooks::config::health_check::HealthCheckConfig;
-use crate::kubernetes::KubernetesConfig;
 use crate::logging::LogFormat;
 use crate::store::{DatabaseUrl, Pooler, UrlError};
 use serde::{Deserialize, Serialize};

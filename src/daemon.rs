@@ -1,29 +1,43 @@
 //! `leaderd run`: the election wired to its consumers (hooks, status file, metrics,
-//! systemd, HTTP), with signals turned into one shutdown future and reload requests.
+//! systemd, HTTP), with signals turned into one shutdown future and reload requests. The
+//! consumers of its own are its modules; `stop` is how it stops.
 
 use anyhow::Context;
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tracing::{error, info, warn};
 
+mod http;
+mod kubernetes;
+pub(crate) mod members;
+mod metrics;
+mod outage;
+mod status_writer;
+mod stop;
+mod systemd;
+
+/// Why the HTTP server could not start (the CLI's exit status for it).
+pub(crate) use http::HttpError;
+/// The stop sequence, which the simulator drives too (with its model of the hooks).
+pub(crate) use stop::stop_sequence;
+#[cfg(test)]
+pub(crate) use stop::{MEMBER_STOP_WAIT, StepDown};
+
 use crate::config::{Config, ConfigError, UrlSource};
-use crate::election::{ClaimGate, Election, ElectionSettings, Status};
+use crate::election::{Election, ElectionSettings, Status};
 use crate::hooks::health::{self, HealthWiring};
 use crate::hooks::{self, HookContext, Hooks};
 use crate::logging::LogLevel;
-use crate::metrics::Metrics;
+use crate::signals;
 use crate::standing::Health;
 use crate::standing::Standing;
-use crate::{http, kubernetes, members, signals, status_file, systemd};
+use metrics::Metrics;
+use stop::{Consumers, DaemonHooks};
 
 /// What a stop may take besides `hooks.shutdown_timeout` and the release: the grace
 /// between a hook's SIGTERM and its SIGKILL.
 const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// How long a stopping node waits for its member record to say `stopped`.
-pub(crate) const MEMBER_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Where the configuration came from, to read it again on SIGHUP.
 pub struct ConfigSource {
@@ -109,7 +123,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     let (round_times, last_round) = watch::channel(None);
     let observer_metrics = metrics.clone();
     // A database outage, logged while it lasts (at most every 10 s, with its cause).
-    let outage = crate::outage::OutageLog::default();
+    let outage = outage::OutageLog::default();
     let outage_log = outage.spawn(election.round_errors());
     // A database clock that steps by more than the safety margin, warned of (a log line).
     let clock_jumps = std::sync::Mutex::new(crate::election::ClockJumps::new(
@@ -184,7 +198,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         )),
         _ => None,
     };
-    let (writer, durable) = status_file::spawn_writer(
+    let (writer, durable) = status_writer::spawn_writer(
         config.status.path.clone(),
         config.election.name.clone(),
         config.node.id.clone(),
@@ -208,10 +222,23 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     let notifier = systemd::spawn_notifier(statuses.clone(), rounds);
     // The pod's role label: `follower` now, and again as soon as a stop begins.
     let labeling = kubernetes::start(&config.kubernetes, statuses.clone(), stopping_seen)?;
+    // Everything started beside the election, stopped in one call once it has.
+    let mut consumers = Consumers {
+        hooks: DaemonHooks(hooks),
+        stopping,
+        labeling,
+        writer,
+        notifier,
+        outage_log,
+        follower,
+        standing_follower,
+        health,
+        member,
+        http,
+    };
     // On SIGTERM the hooks stop first, while the election still holds and renews the
     // lease; only then does the election step down and release.
     let mut running = config;
-    let mut stepping = DaemonHooks(hooks);
     let stop = stop_sequence(
         shutdown,
         &mut reload_requests,
@@ -223,108 +250,13 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
             reload(loaded, &mut running, &mut hooks.0, &log, &statuses)
         },
         &claims,
-        &stopping,
-        &mut stepping,
+        &consumers.stopping,
+        &mut consumers.hooks,
     );
     election.run(stop).await;
-    let DaemonHooks(hooks) = stepping;
-    hooks.join().await;
-    stopping.send_replace(true);
-    labeling.finish().await;
-    writer.await.context("status file writer failed")?;
-    notifier.abort();
-    outage_log.abort();
-    follower.abort();
-    standing_follower.abort();
-    if let Some(health) = health {
-        health.abort();
-    }
-    // It records the stop (one statement, begun as the stop began); not waited for long.
-    let mut member = member;
-    if tokio::time::timeout(MEMBER_STOP_WAIT, &mut member)
-        .await
-        .is_err()
-    {
-        member.abort();
-        warn!("could not record this node as stopped in leaderd_member");
-    }
-    if let Some(http) = http {
-        http.abort();
-    }
+    consumers.stop().await?;
     info!("leaderd stopped");
     Ok(())
-}
-
-/// What stops the leader work at a stop (the hook supervisor in the daemon, its model in
-/// the simulator): done once the leader work is gone.
-pub(crate) trait StepDown {
-    fn step_down(&mut self) -> impl Future<Output = ()>;
-}
-
-/// The daemon's hooks: systemd hears of the stop as the step-down begins.
-struct DaemonHooks(Hooks);
-
-impl StepDown for DaemonHooks {
-    async fn step_down(&mut self) {
-        systemd::stopping();
-        self.0.step_down().await;
-    }
-}
-
-/// The stop sequence, the future `Election::run` stops on: serve reloads until `shutdown`
-/// ([`serve_until_shutdown`]), then stop the leader work while the election still holds
-/// and renews the lease. Only once `hooks` have stepped down does the election step down
-/// and release. The simulator drives it too.
-pub(crate) async fn stop_sequence<T, L: Future<Output = T>, H: StepDown>(
-    shutdown: impl Future<Output = ()>,
-    reload_requests: &mut mpsc::UnboundedReceiver<()>,
-    load: impl FnMut() -> L,
-    mut apply: impl FnMut(T, &mut H),
-    claims: &ClaimGate,
-    stopping: &watch::Sender<bool>,
-    hooks: &mut H,
-) {
-    serve_until_shutdown(
-        shutdown,
-        reload_requests,
-        load,
-        |loaded| apply(loaded, hooks),
-        claims,
-        stopping,
-    )
-    .await;
-    hooks.step_down().await;
-}
-
-/// Serves reload requests (`load` reads the configuration again, `apply` puts it in force)
-/// until `shutdown` completes; then this node claims nothing more (`claims`) and says that
-/// it is stopping (`stopping`). The simulator drives it too.
-async fn serve_until_shutdown<T, L: Future<Output = T>>(
-    shutdown: impl Future<Output = ()>,
-    reload_requests: &mut mpsc::UnboundedReceiver<()>,
-    mut load: impl FnMut() -> L,
-    mut apply: impl FnMut(T),
-    claims: &ClaimGate,
-    stopping: &watch::Sender<bool>,
-) {
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            biased;
-            _ = &mut shutdown => break,
-            Some(()) = reload_requests.recv() => {
-                let loaded = tokio::select! {
-                    biased;
-                    _ = &mut shutdown => break,
-                    loaded = load() => loaded,
-                };
-                apply(loaded);
-            }
-        }
-    }
-    // The one rule of a stop, whatever it interrupted (a reload, say): claim nothing more.
-    claims.close();
-    stopping.send_replace(true);
 }
 
 /// SIGHUP: reads the configuration again, off the election loop (which polls the reload):

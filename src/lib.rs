@@ -24,15 +24,20 @@
 //!
 //! The daemon, `leaderd` the binary, is built on the core and private to this crate:
 //!
-//! - `cli`: the subcommands, and the exit status of each outcome.
-//! - `config`: the TOML file and `LEADERD_*` overrides, validated into a `Config`.
-//! - `daemon`: `leaderd run`, the election wired to its consumers; `members`: the node's
-//!   record in the members table, and preemption by priority.
+//! - `cli`: the subcommands, and the exit status of each outcome; it names the daemon
+//!   only to start it (`daemon::run`).
+//! - `config`: the TOML file and `LEADERD_*` overrides, validated into a `Config` (with
+//!   `Config::store`, so that operator commands connect without the daemon).
+//! - `daemon`: `leaderd run`, the election wired to its consumers, which are its own
+//!   modules: `members` (the node's record in the members table, and preemption by
+//!   priority), the status file's writer, `http`, `metrics`, `systemd`, `kubernetes` (the
+//!   pod's role label) and `outage` (a database outage, logged while it lasts).
 //! - `operator`: `leaderd resign`, `handover`, `pause`, `resume` and `watch`.
 //! - `hooks`: commands run on role changes, and the leader command fenced to the lease.
-//! - `status_file`, `http`, `metrics`, `systemd`, `kubernetes`: consumers of the published
-//!   status (`kubernetes` labels this node's pod with its role).
-//! - `logging`, `signals`: log output, and signals turned into shutdown and reload.
+//! - `status_file`: the status file's document, written by the daemon and read by
+//!   `leaderd status --local`, `leaderd wait` and `/status`.
+//! - `logging`, `signals`: log output, and signals turned into shutdown and reload (for
+//!   `run`, `watch` and `lock`).
 //! - `duration`: the one set of rules for every duration flag and key; `env_names`: the
 //!   `LEADERD_*` variables and what each configures (hooks keep them from their commands).
 //! - `standing`: what a node is besides its role (candidate or observer, its health),
@@ -48,19 +53,13 @@ pub(crate) mod daemon;
 pub(crate) mod duration;
 pub(crate) mod env_names;
 pub(crate) mod hooks;
-pub(crate) mod http;
-pub(crate) mod kubernetes;
 pub(crate) mod logging;
-pub(crate) mod members;
-pub(crate) mod metrics;
 pub(crate) mod operator;
-pub(crate) mod outage;
 pub(crate) mod signals;
 #[cfg(test)]
 mod sim;
 pub(crate) mod standing;
 pub(crate) mod status_file;
-pub(crate) mod systemd;
 
 // The names a program needs to run an election or take a lock, each once at the root. The
 // rest (row types, member records, the daemon's commands) stays in its module.

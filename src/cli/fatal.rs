@@ -6,9 +6,10 @@ use std::process::ExitCode;
 
 use super::exit::{EXIT_CANT_CREATE, EXIT_CONFIG, EXIT_UNAVAILABLE};
 use crate::config::ConfigError;
+use crate::daemon::HttpError;
 use crate::logging::{self, LogFormat, LogWriter};
 use crate::store::StoreError;
-use crate::{hooks, http, operator};
+use crate::{hooks, operator};
 
 /// The format asked for before the configuration is read: the flag, else the variable.
 fn asked(flag: Option<LogFormat>) -> LogFormat {
@@ -70,7 +71,7 @@ pub(super) fn outcome(error: &anyhow::Error, database: &str) -> (String, u8) {
         status
     } else if is(|e| e.is::<StoreError>()) {
         EXIT_UNAVAILABLE
-    } else if is(|e| e.is::<http::HttpError>()) {
+    } else if is(|e| e.is::<HttpError>()) {
         // As for a status file that cannot be written: what the configuration names
         // cannot be had.
         EXIT_CANT_CREATE

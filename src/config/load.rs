@@ -10,10 +10,10 @@ use ::config::{ConfigBuilder, Environment, Map, Source, Value, ValueKind};
 use std::collections::HashMap;
 use std::path::Path;
 
+use super::kubernetes::{KubernetesConfig, check_label_key};
 use super::names::{self, known_keys};
 use super::{Config, ConfigError, EnvFallback, invalid};
 use crate::env_names::{ENV_PREFIX, is_config_variable, variable_of};
-use crate::kubernetes::KubernetesConfig;
 use crate::store::{Backend, Pooler};
 
 /// The layers before the loader's own defaults: the file, then the environment.
@@ -326,8 +326,7 @@ fn complete_kubernetes(
     }
     let from_env = |name: &str| env.get(name).filter(|v| !v.trim().is_empty()).cloned();
     if let Some(key) = &k.role_label {
-        crate::kubernetes::check_label_key(key)
-            .map_err(|reason| invalid("kubernetes.role_label", key, reason))?;
+        check_label_key(key).map_err(|reason| invalid("kubernetes.role_label", key, reason))?;
     }
     if let Some(text) = &k.api_url {
         match url::Url::parse(text) {

@@ -24,10 +24,7 @@ pub(super) fn known_keys() -> Vec<Section> {
         ("log", fields::<super::Log>()),
         ("http", fields::<super::Http>()),
         ("hooks", crate::hooks::config::HOOK_KEYS),
-        (
-            "kubernetes",
-            fields::<crate::kubernetes::KubernetesConfig>(),
-        ),
+        ("kubernetes", fields::<super::KubernetesConfig>()),
     ]
 }
 

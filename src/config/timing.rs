@@ -12,7 +12,7 @@
 //!   the lease is of no use, the leader's deadline has passed by then.
 //!
 //! `hooks.shutdown_timeout` against systemd's stop timeout is checked by `run` (it asks
-//! systemd for the unit's value: `systemd.rs`).
+//! systemd for the unit's value: `daemon/systemd.rs`).
 
 use std::time::Duration;
 

@@ -21,7 +21,7 @@ pub(super) struct FileFaults {
     pub(super) fail: bool,
 }
 
-/// The status file writer retries a failed write this often (as `status_file.rs`).
+/// The status file writer retries a failed write this often (as `daemon/status_writer.rs`).
 pub(super) const FILE_RETRY: Duration = Duration::from_millis(100);
 
 /// What the hook supervisor is asked from outside the election.

@@ -1,5 +1,5 @@
 //! One simulated `leaderd run` process: the real [`Election`] on a [`SimStore`], the real
-//! members task ([`crate::members::run`]) on a second connection, and the daemon's real
+//! members task ([`crate::daemon::members::run`]) on a second connection, and the daemon's real
 //! stop sequence ([`crate::daemon::stop_sequence`]), wired as `daemon.rs` wires
 //! them. The hook supervisor is modelled by its step-down order, with leader work that
 //! writes through the fence (`leader_work.rs`); what else runs processes or touches the
@@ -172,7 +172,7 @@ impl Process {
         let record = MemberRecord {
             election: ELECTION.to_owned(),
             node_id: spec.id.clone(),
-            standing: crate::members::member_standing(&standing.borrow(), false),
+            standing: crate::daemon::members::member_standing(&standing.borrow(), false),
             priority,
             version: "sim".to_owned(),
             host: label.clone(),
@@ -185,7 +185,7 @@ impl Process {
         // As in the daemon, the process waits a while for its members task to record it
         // stopped before it ends.
         let member = tokio::spawn(freezable(
-            Box::pin(crate::members::run(
+            Box::pin(crate::daemon::members::run(
                 record,
                 members_store,
                 member_status_seen,

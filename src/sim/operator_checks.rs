@@ -62,7 +62,9 @@ impl World {
                     && rank(other) > rank(node)
             });
             let deferred = match outranked {
-                true => crate::members::DEFER_TO_BETTER + crate::members::PREEMPT_PERIOD,
+                true => {
+                    crate::daemon::members::DEFER_TO_BETTER + crate::daemon::members::PREEMPT_PERIOD
+                }
                 false => Duration::ZERO,
             };
             let due =

@@ -107,7 +107,7 @@ impl StepDownRequest<'_> {
 }
 
 /// Operator commands (`leaderd pause`, `resume`, `resign`, `handover`) on an election's
-/// row, and the members table (`leaderd_member`): what `operator.rs` and `members.rs` need
+/// row, and the members table (`leaderd_member`): what `operator.rs` and `daemon/members.rs` need
 /// from a database, beside the election's own [`LeaseStore`]. Each is one statement (and
 /// a wake-up of the nodes, where the backend has one); times are by the database clock.
 pub trait ControlStore: LeaseStore {

@@ -7,7 +7,7 @@
 //!
 //! - `lease.rs`, `member.rs`: the rows as read and written; `error.rs`: [`StoreError`].
 //! - `lease_store.rs`: the traits, [`LeaseStore`] and [`ControlStore`].
-//! - `sql_store.rs`: [`SqlStore`], over one [`DbConnection`] (`sql/`), whose statements
+//! - `sql_store.rs`: [`SqlStore`], over one [`DbConnection`] (`connection/`), whose statements
 //!   `dialect/` holds; `shared.rs`: many elections over a few connections.
 //! - `url.rs`, `tls/`: the [`DatabaseUrl`] and the TLS it asks for; `pooler.rs`,
 //!   `notify.rs`, `wakeup/`: transaction poolers, and waking waiting nodes;
@@ -17,6 +17,7 @@
 //! - `memory/`: the same tables in memory, for tests (`table.rs`: statement by statement).
 
 mod backend;
+mod connection;
 mod dialect;
 mod error;
 pub(crate) mod error_text;
@@ -29,13 +30,13 @@ pub mod memory;
 mod notify;
 mod pooler;
 pub mod shared;
-mod sql;
 mod sql_store;
 mod tls;
 mod url;
 mod wakeup;
 
 pub use backend::Backend;
+pub use connection::{DbConnection, migrations_applied};
 pub use error::StoreError;
 pub use fence::{Fence, FenceBackend, FenceError};
 pub use lease::{Commands, HeldRow, Lease, LeaseRow, Pending, ProcessToken};
@@ -45,7 +46,6 @@ pub use member::{
     RecordOrder,
 };
 pub use pooler::Pooler;
-pub use sql::{DbConnection, migrations_applied};
 pub use sql_store::{SqlStore, Timeouts};
 pub use tls::TlsError;
 pub use url::{DatabaseUrl, UrlError};

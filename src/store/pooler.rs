@@ -7,7 +7,7 @@
 //! first sets its limits with `SET LOCAL`, and tokio-postgres's statement (which is always
 //! named) is prepared, run and closed inside it, none kept in a cache; waiting nodes poll
 //! instead of LISTEN; the migrations take a transaction-level advisory lock in the one
-//! transaction they all run in (`sql/migrate.rs`). Without it, the first prepared
+//! transaction they all run in (`connection/migrate.rs`). Without it, the first prepared
 //! statement that lands on another server connection is recognised and explained
 //! ([`explain`]).
 

@@ -1,8 +1,8 @@
 //! [`SqlStore`]: a [`LeaseStore`] over one owned connection to PostgreSQL, MySQL/MariaDB or
 //! SQLite, opened lazily and replaced after any failure. Its operator and member
-//! statements ([`ControlStore`]) are in `sql_store/control.rs`.
+//! statements ([`ControlStore`]) are in `sql_store/control_store.rs`.
 
-mod control;
+mod control_store;
 
 use futures_util::future::BoxFuture;
 use std::sync::Arc;

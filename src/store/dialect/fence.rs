@@ -35,7 +35,7 @@ pub(in crate::store) fn fence_statement(backend: Backend, election: &str, term: 
     format!("{before}{election}{between}{term}{after}")
 }
 
-/// MySQL/MariaDB, on a Galera member only (created by `sql/migrate.rs`): every statement
+/// MySQL/MariaDB, on a Galera member only (created by `connection/migrate.rs`): every statement
 /// that starts a term also writes the election's row of `leaderd_fence`, which the fence
 /// writes there too, so that certification orders a fenced transaction and the next claim
 /// whichever members they ran on. A term's start is a change of `term`; a renewal, a

@@ -2,11 +2,11 @@
 //! `leaderd locks`, for each backend (`postgres.rs`, `mysql.rs`, `sqlite.rs`), in one
 //! place: what `memory/table.rs` models statement by statement. Also here: MySQL's wake-up
 //! lock and the server variables leaderd reads, and the fence leader work runs
-//! (`fence.rs`). The rest is session plumbing, kept beside
-//! the code it serves because it means nothing apart from it: the session limits and
-//! PRAGMAs set on connecting (`sql/mod.rs`), the migration locks (`sql/migrate.rs`),
-//! BEGIN/COMMIT around a statement through a transaction pooler (`pooler.rs`,
-//! `sql/mod.rs`), LISTEN and the listener's ping (`notify.rs`), and the wake-up lock
+//! (`fence.rs`). The rest is session plumbing, kept beside the code it serves because it
+//! means nothing apart from it: the session limits and PRAGMAs set on connecting
+//! (`connection/mod.rs`), the migration locks (`connection/migrate.rs`), BEGIN/COMMIT
+//! around a statement through a transaction pooler (`pooler.rs`, `connection/mod.rs`),
+//! LISTEN and the listener's ping (`notify.rs`), and the wake-up lock
 //! connection's session setting and ping (`wakeup.rs`).
 //!
 //! The protocol is optimistic concurrency on one row per election (seed 002): `term` is the

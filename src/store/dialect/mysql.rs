@@ -191,7 +191,7 @@ pub(in crate::store) const MYSQL_WSREP_ON: &str =
     "SELECT CAST(@@GLOBAL.wsrep_on AS SIGNED) AS wsrep_on";
 
 /// () -> flush_log, sync_binlog, log_bin: the server settings a commit's durability
-/// depends on (see `sql/mod.rs`'s `check_mysql_durability`).
+/// depends on (see `connection/mod.rs`'s `check_mysql_durability`).
 pub(in crate::store) const MYSQL_DURABILITY: &str =
     "SELECT CAST(@@GLOBAL.innodb_flush_log_at_trx_commit AS SIGNED) AS flush_log,
             CAST(@@GLOBAL.sync_binlog AS SIGNED) AS sync_binlog,

@@ -1,5 +1,5 @@
 //! The operator commands and the members table on a [`SqlStore`]: statements of their
-//! own, which only `operator.rs` and `members.rs` send.
+//! own, which only `operator.rs` and `daemon/members.rs` send.
 
 use std::time::Duration;
 

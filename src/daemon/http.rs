@@ -15,9 +15,9 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::metrics::Metrics;
 use crate::config::Config;
 use crate::election::{Role, Status};
-use crate::metrics::Metrics;
 use crate::standing::Standing;
 use crate::status_file::StatusDocument;
 

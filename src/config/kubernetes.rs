@@ -57,3 +57,32 @@ pub fn check_label_key(key: &str) -> Result<(), String> {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_keys() {
+        for good in [
+            "leaderd.io/role",
+            "role",
+            "a.b-c.d/x_y.z",
+            "app.kubernetes.io/r",
+        ] {
+            assert!(check_label_key(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "/role",
+            "leaderd.io/",
+            "Leaderd.io/role",
+            "-role",
+            "a/b/c",
+            "role-",
+        ] {
+            assert!(check_label_key(bad).is_err(), "{bad}");
+        }
+        assert!(check_label_key(&"x".repeat(64)).is_err());
+    }
+}

@@ -4,17 +4,16 @@
 //! `follower` has not gone through yet), so whatever the leader does stays fenced by its
 //! term, as without Kubernetes.
 //!
-//! The keys are read whatever the build; the client (feature `kubernetes`) is in `label`.
+//! The keys are read whatever the build (`config/kubernetes.rs`); the client (feature
+//! `kubernetes`) is in `label`.
 
 use tokio::sync::watch;
 
+use crate::config::KubernetesConfig;
 use crate::election::Status;
 
 #[cfg(feature = "kubernetes")]
 mod label;
-mod settings;
-
-pub use settings::{KubernetesConfig, check_label_key};
 
 /// How long a stopped node waits for its pod's label to be back at `follower`. The
 /// manifests' `terminationGracePeriodSeconds` leaves room for it after the hooks' budget.
@@ -71,34 +70,5 @@ impl Labeling {
         if let Some(labeler) = self.labeler {
             labeler.finish(SHUTDOWN_LIMIT).await;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn label_keys() {
-        for good in [
-            "leaderd.io/role",
-            "role",
-            "a.b-c.d/x_y.z",
-            "app.kubernetes.io/r",
-        ] {
-            assert!(check_label_key(good).is_ok(), "{good}");
-        }
-        for bad in [
-            "",
-            "/role",
-            "leaderd.io/",
-            "Leaderd.io/role",
-            "-role",
-            "a/b/c",
-            "role-",
-        ] {
-            assert!(check_label_key(bad).is_err(), "{bad}");
-        }
-        assert!(check_label_key(&"x".repeat(64)).is_err());
     }
 }

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use super::settings::KubernetesConfig;
+use crate::config::KubernetesConfig;
 use crate::election::{Role, Status};
 
 /// The first retry of a failed patch; each further one waits twice as long, up to

@@ -2,7 +2,7 @@
 //! with its session limits, and running each operation of the lease as one of the
 //! dialect's statements (see `dialect/`, which holds their SQL). Applying the migrations
 //! is in `migrate.rs`; the operator commands, the members and `leaderd locks` in
-//! `control.rs`; the MySQL server settings a claim's durability depends on in
+//! `control_statements.rs`; the MySQL server settings a claim's durability depends on in
 //! `durability.rs`.
 
 use diesel::QueryableByName;
@@ -113,7 +113,7 @@ macro_rules! on_connection {
     };
 }
 
-mod control;
+mod control_statements;
 mod durability;
 mod migrate;
 pub use migrate::applied_by_this_process as migrations_applied;
