@@ -12,6 +12,7 @@ mod fingerprint;
 #[cfg(test)]
 pub(crate) use fingerprint::hash_debug;
 mod fold;
+mod inputs;
 mod publish;
 mod round;
 mod step_down;
@@ -20,13 +21,13 @@ use rand::rngs::SmallRng;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::info;
 
 use super::clock::Instants;
 use super::settings::ElectionSettings;
 use super::status::{RoleEvent, RoundReport, Status};
 use crate::store::{Commands, LeaseRow, ProcessToken, StoreError};
-use publish::View;
+pub(crate) use inputs::{Input, Source};
 pub(super) use round::{Awaiting, Round};
 
 /// How often a leader looks at CLOCK_BOOTTIME for its deadline: its timers would not
@@ -105,64 +106,6 @@ pub(crate) struct Moment {
     pub(crate) at: Instants,
     pub(crate) wall: SystemTime,
     pub(crate) claims_open: bool,
-}
-
-/// What happened.
-#[derive(Debug)]
-pub(crate) enum Input {
-    /// The round timer fired (see [`Machine::next_round`]).
-    Due,
-    /// The deadline timer fired (see [`Machine::next_look`]).
-    Look,
-    /// The answer to the statement the machine sent last.
-    Answer(Result<Reply, StoreError>),
-    /// The statement the machine sent last never left (a stop came first).
-    Unsent,
-    /// The row's holder released it, or a command woke the row.
-    ReleaseHint,
-    /// A caller waits for a renewal (the loop keeps the request and answers it when told).
-    RenewRequested,
-    /// An operator or a health check asks this node to resign, from the given term only.
-    Resign(Option<i64>),
-    /// The process stops.
-    Stop,
-}
-
-/// Where a machine's inputs come from. When several have an input at once, every driver
-/// (the election loop, the simulator's direct runs and its exhaustive check) hands over
-/// the first in [`Source::ORDER`] that the machine listens to ([`Machine::listens_to`]);
-/// an input the machine does not listen to waits where it is (in its channel).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Source {
-    /// The process stops ([`Input::Stop`]).
-    Stop,
-    /// The deadline timer ([`Input::Look`]).
-    Look,
-    /// A release notification ([`Input::ReleaseHint`]).
-    ReleaseHint,
-    /// A caller's request to renew now ([`Input::RenewRequested`]).
-    RenewRequest,
-    /// A request to resign ([`Input::Resign`]).
-    Resign,
-    /// The answer of the statement in flight ([`Input::Answer`]).
-    Answer,
-    /// The round timer ([`Input::Due`]).
-    Due,
-}
-
-impl Source {
-    /// The order of the sources when several are ready: the stop first (a stopping node
-    /// sends nothing more), then the deadline (a leader stops acting before anything
-    /// else), requests, the answer, and the round timer last.
-    pub(crate) const ORDER: [Source; 7] = [
-        Source::Stop,
-        Source::Look,
-        Source::ReleaseHint,
-        Source::RenewRequest,
-        Source::Resign,
-        Source::Answer,
-        Source::Due,
-    ];
 }
 
 /// A statement for the store. The loop fills in the election's name, node id, ttl and
@@ -356,86 +299,6 @@ impl Machine {
         self.step_down(now, held, true, actions);
     }
 
-    /// Whether the machine takes an input from `source` now (`now`: the driver's
-    /// monotonic clock). Requests (a resign, a release hint) wait for the end of a round;
-    /// renew requests are refused once the node steps down; the stop is taken once.
-    pub(crate) fn listens_to(&self, source: Source, now: Instant) -> bool {
-        match source {
-            Source::Stop => !self.stopping(),
-            Source::Look => self.next_look(now).is_some(),
-            Source::ReleaseHint | Source::Resign => self.between_rounds(),
-            Source::RenewRequest => self.takes_renew_requests(),
-            Source::Answer => self.awaiting.is_some(),
-            Source::Due => self.next_round().is_some(),
-        }
-    }
-
-    /// The first source in [`Source::ORDER`] that the machine listens to and that has an
-    /// input now, as `ready` says: what a discrete-event driver hands over next.
-    #[cfg(test)]
-    pub(crate) fn next_source(
-        &self,
-        now: Instant,
-        mut ready: impl FnMut(Source) -> bool,
-    ) -> Option<Source> {
-        (Source::ORDER.into_iter()).find(|&source| self.listens_to(source, now) && ready(source))
-    }
-
-    /// Whether it waits, stopped, for the answer of a statement in flight.
-    pub(crate) fn stopping_in_flight(&self) -> bool {
-        matches!(self.state, State::Stopping { .. })
-    }
-
-    /// When the loop must step with [`Input::Due`] if nothing else comes first: the next
-    /// round, or a stopping node's last wait for a statement in flight. `None` while a
-    /// statement is in flight or nothing is left to do.
-    pub(crate) fn next_round(&self) -> Option<Instant> {
-        match &self.state {
-            State::Stopping { give_up, .. } => Some(*give_up),
-            State::SteppingDown { .. } | State::Done => None,
-            _ if self.awaiting.is_some() => None,
-            _ => Some(self.due),
-        }
-    }
-
-    /// When a leader next looks at its deadline ([`Input::Look`]): at the deadline by the
-    /// monotonic clock, and every BOOT_LOOK_EVERY for a suspend of the host, which that
-    /// clock misses.
-    pub(crate) fn next_look(&self, now: Instant) -> Option<Instant> {
-        match self.state {
-            State::Leading { deadline, .. } => Some(deadline.at.min(now + BOOT_LOOK_EVERY)),
-            _ => None,
-        }
-    }
-
-    /// Whether the machine takes requests (resign, release hints) now: between rounds,
-    /// and not once it steps down.
-    pub(crate) fn between_rounds(&self) -> bool {
-        self.awaiting.is_none() && self.takes_renew_requests()
-    }
-
-    /// Whether renew requests are taken (not while stepping down or stopping).
-    pub(crate) fn takes_renew_requests(&self) -> bool {
-        !matches!(
-            self.state,
-            State::SteppingDown { .. } | State::Stopping { .. } | State::Done
-        )
-    }
-
-    /// Whether it has stopped taking the stop (it is stopping already).
-    pub(crate) fn stopping(&self) -> bool {
-        matches!(
-            self.state,
-            State::Stopping { .. }
-                | State::Done
-                | State::SteppingDown { for_good: true, .. }
-                | State::SteppingDown {
-                    stop_after: true,
-                    ..
-                }
-        )
-    }
-
     /// Whether a lock that held its one term will never claim again.
     pub(crate) fn claims_ended(&self) -> bool {
         self.single_term && self.held_any
@@ -460,26 +323,6 @@ impl Machine {
         sent.plus(self.settings.ttl - self.settings.safety_margin())
     }
 
-    /// Stops acting as leader if the deadline has passed by either clock.
-    fn look_at_deadline(&mut self, now: Moment, actions: &mut Vec<Action>) {
-        if let State::Leading { term, deadline, .. } = self.state {
-            if deadline.passed(now.at) {
-                warn!(
-                    election = %self.settings.name,
-                    node = %self.settings.node_id,
-                    term,
-                    "no successful renewal before the lease deadline; no longer acting as leader"
-                );
-                self.state = State::Lapsed {
-                    term,
-                    in_doubt: None,
-                };
-                self.publish(now, View::unknown(Some(term)), actions);
-                actions.push(Action::AnswerRenewals(None));
-            }
-        }
-    }
-
     /// Answers renew requests once a renewal succeeded or the lease is gone; while
     /// renewals fail but the deadline has not passed, they wait for the next attempt.
     fn answer_renewals(&self, actions: &mut Vec<Action>) {
@@ -489,39 +332,6 @@ impl Machine {
             }
             State::Leading { .. } => {}
             _ => actions.push(Action::AnswerRenewals(None)),
-        }
-    }
-
-    /// Stops acting as leader at once, keeping the term to release.
-    fn stop_acting(&mut self, now: Moment, actions: &mut Vec<Action>) {
-        if let State::Leading { term, .. } = self.state {
-            self.state = State::Lapsed {
-                term,
-                in_doubt: None,
-            };
-        }
-        let term = self.published.term;
-        self.publish(now, View::unknown(term), actions);
-    }
-
-    fn stop(&mut self, now: Moment, actions: &mut Vec<Action>) {
-        match self.state {
-            _ if self.stopping() => {}
-            State::SteppingDown {
-                ref mut stop_after, ..
-            } => *stop_after = true,
-            _ if self.awaiting.is_some() => {
-                let held = self.held(now);
-                self.stop_acting(now, actions);
-                self.state = State::Stopping {
-                    held,
-                    give_up: now.at.at + STOP_WAIT_IN_FLIGHT,
-                };
-            }
-            _ => {
-                let held = self.held(now);
-                self.step_down(now, held, true, actions);
-            }
         }
     }
 

@@ -3,7 +3,8 @@
 
 use tracing::{debug, info, warn};
 
-use super::{Action, Awaiting, Machine, Moment, Reply, State, Statement};
+use super::publish::View;
+use super::{Action, Awaiting, Machine, Moment, Reply, STOP_WAIT_IN_FLIGHT, State, Statement};
 use crate::election::clock::Instants;
 use crate::store::StoreError;
 
@@ -119,6 +120,59 @@ impl Machine {
         if stop_after {
             // Nothing is held any more: the stop publishes that this node's word is over.
             self.step_down(now, None, true, actions);
+        }
+    }
+
+    /// Stops acting as leader if the deadline has passed by either clock.
+    pub(super) fn look_at_deadline(&mut self, now: Moment, actions: &mut Vec<Action>) {
+        if let State::Leading { term, deadline, .. } = self.state {
+            if deadline.passed(now.at) {
+                warn!(
+                    election = %self.settings.name,
+                    node = %self.settings.node_id,
+                    term,
+                    "no successful renewal before the lease deadline; no longer acting as leader"
+                );
+                self.state = State::Lapsed {
+                    term,
+                    in_doubt: None,
+                };
+                self.publish(now, View::unknown(Some(term)), actions);
+                actions.push(Action::AnswerRenewals(None));
+            }
+        }
+    }
+
+    /// Stops acting as leader at once, keeping the term to release.
+    pub(super) fn stop_acting(&mut self, now: Moment, actions: &mut Vec<Action>) {
+        if let State::Leading { term, .. } = self.state {
+            self.state = State::Lapsed {
+                term,
+                in_doubt: None,
+            };
+        }
+        let term = self.published.term;
+        self.publish(now, View::unknown(term), actions);
+    }
+
+    pub(super) fn stop(&mut self, now: Moment, actions: &mut Vec<Action>) {
+        match self.state {
+            _ if self.stopping() => {}
+            State::SteppingDown {
+                ref mut stop_after, ..
+            } => *stop_after = true,
+            _ if self.awaiting.is_some() => {
+                let held = self.held(now);
+                self.stop_acting(now, actions);
+                self.state = State::Stopping {
+                    held,
+                    give_up: now.at.at + STOP_WAIT_IN_FLIGHT,
+                };
+            }
+            _ => {
+                let held = self.held(now);
+                self.step_down(now, held, true, actions);
+            }
         }
     }
 }

@@ -34,7 +34,6 @@ use super::schedule::{Fault, Scenario};
 use super::world::{ELECTION, skipped};
 use crate::election::machine::Reply;
 use crate::store::StoreError;
-use operator::OperatorWrite;
 use process::{Process, Sent};
 
 /// The last events a failure's report shows.
@@ -77,7 +76,7 @@ enum Event {
     },
     /// An operator's statement reaches the database, on a connection of `epoch`.
     Operator {
-        write: operator::OperatorWrite,
+        write: OperatorWrite,
         epoch: u64,
     },
 }
@@ -133,6 +132,24 @@ pub(super) fn run_scenario(seed: u64, scenario: Scenario, trace: usize) -> Direc
         operator_writes: world.operator_writes,
         brief,
     }
+}
+
+/// What an operator's statement writes when it reaches the database.
+#[derive(Debug, Clone)]
+enum OperatorWrite {
+    Pause {
+        length: Duration,
+    },
+    Resume,
+    Resign {
+        holder: String,
+        term: i64,
+    },
+    Handover {
+        holder: String,
+        term: i64,
+        to: String,
+    },
 }
 
 /// The whole run: the database, the processes, and the events to come.

@@ -5,28 +5,9 @@
 //! flight and in a row lock wait). A command reads the row when asked and writes later,
 //! guarded by the term it read, as `operator::step_down_with` does.
 
-use std::time::Duration;
 
-use super::{ELECTION, Event, World};
+use super::{ELECTION, Event, OperatorWrite, World};
 use crate::sim::db::CONNECT;
-
-/// What an operator's statement writes when it reaches the database.
-#[derive(Debug, Clone)]
-pub(super) enum OperatorWrite {
-    Pause {
-        length: Duration,
-    },
-    Resume,
-    Resign {
-        holder: String,
-        term: i64,
-    },
-    Handover {
-        holder: String,
-        term: i64,
-        to: String,
-    },
-}
 
 impl World {
     /// `leaderd resign`, or `handover --to` node `to`: reads the row now, and sends the
