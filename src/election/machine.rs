@@ -4,8 +4,19 @@
 //! status to be durable). The loop in `run.rs` carries the actions out against the store
 //! and the channels; the simulator can carry them out against its model of the database
 //! just as well. What the node holds is the [`State`]; a round's progress through its
-//! statements is in `machine/round.rs`, and what a finished round means in
-//! `machine/fold.rs`.
+//! statements is in `machine/round.rs`, what a finished round means in `machine/fold.rs`,
+//! and which inputs it takes when, in which order, in `machine/inputs.rs`: the drivers
+//! only carry out. The release's bound and the wait for a durable status are data of the
+//! actions ([`Statement::Release`], [`Action::AwaitDurable`]).
+//!
+//! What stays beside the [`State`] enum, and why: what spans states rather than belongs
+//! to one. The round under way and the statement awaited (`round`, `awaiting`) cut across
+//! `Leading`, `Lapsed` and `Following` alike (a round starts in one and may end in
+//! another); `due` is when the next round starts whatever the state; `resigned_until`
+//! outlives the step-down into `Following` and `Lapsed`; the link's health, what was
+//! published last (its term is the one a release hint names) and `held_any` are history
+//! of the process, not of a phase; and the settings, token, rng and `single_term`,
+//! `release_waits_for_durable` are configuration, set once.
 
 #[cfg(test)]
 mod fingerprint;
@@ -33,6 +44,9 @@ pub(super) use round::{Awaiting, Round};
 /// How often a leader looks at CLOCK_BOOTTIME for its deadline: its timers would not
 /// notice that the host slept.
 pub(crate) const BOOT_LOOK_EVERY: Duration = Duration::from_millis(100);
+
+/// How long a stopping node tries to release its row.
+pub(crate) const RELEASE_WITHIN: Duration = Duration::from_millis(500);
 
 /// How long a stopping node waits for the answer of a statement already in flight: a
 /// claim may have just taken the row, and its term is the one to release.
@@ -130,13 +144,10 @@ pub(crate) enum Statement {
         term: i64,
     },
     EnsureRow,
+    /// Release our lease in `term`, giving up after `within`: a lease that cannot be
+    /// released in time lapses by itself.
     Release {
         term: i64,
-    },
-    /// Not a statement: wait until the status file has made `version` durable, at most
-    /// `within` (answered by [`Reply::Durable`]).
-    AwaitDurable {
-        version: u64,
         within: Duration,
     },
 }
@@ -158,6 +169,12 @@ pub(crate) enum Reply {
 #[derive(Debug)]
 pub(crate) enum Action {
     Send(Statement),
+    /// Wait until whoever makes statuses durable (the status file) has made `version`
+    /// durable, at most `within`; answered by [`Reply::Durable`] as a statement is.
+    AwaitDurable {
+        version: u64,
+        within: Duration,
+    },
     /// Drop the statement in flight unanswered.
     Abandon,
     Publish(Status),
@@ -212,6 +229,10 @@ pub(crate) struct Machine {
     pub(super) published: Status,
     /// Hold at most one term (a lock): once held and lost, claim no more.
     pub(super) single_term: bool,
+    /// Whether a step-down waits for its status to be durable before it releases (set
+    /// once, when something makes statuses durable; without it there is nothing to wait
+    /// for).
+    pub(crate) release_waits_for_durable: bool,
     /// Whether this node has held the lease in any term.
     pub(super) held_any: bool,
     /// A term in which the table names this node although this process never took it.
@@ -238,6 +259,7 @@ impl Machine {
             link: Link::default(),
             published: Status::initial(),
             single_term: false,
+            release_waits_for_durable: false,
             held_any: false,
             foreign_term_warned: None,
             rounds_completed: 0,

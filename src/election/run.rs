@@ -23,9 +23,6 @@ use super::settings::ElectionSettings;
 use super::status::{RoleEvent, RoundObserver, Status};
 use crate::store::{LeaseStore, ProcessToken, StoreError};
 
-/// How long a stopping node tries to release its row.
-const STOP_RELEASE: Duration = Duration::from_millis(500);
-
 /// One node's election loop.
 pub struct Election<S> {
     settings: Arc<ElectionSettings>,
@@ -64,10 +61,16 @@ struct Outlets {
     renewals: Vec<RenewRequest>,
 }
 
+/// What the machine waits on: a statement's answer, or the status consumer's word.
+enum Wait {
+    Statement(Statement),
+    Durable { version: u64, within: Duration },
+}
+
 /// What the loop does next, after carrying out a step's actions.
 #[derive(Default)]
 struct Flow {
-    send: Option<Statement>,
+    send: Option<Wait>,
     abandoned: bool,
     finish: Option<Option<Result<bool, StoreError>>>,
 }
@@ -77,7 +80,10 @@ impl Outlets {
         let mut flow = Flow::default();
         for action in actions {
             match action {
-                Action::Send(statement) => flow.send = Some(statement),
+                Action::Send(statement) => flow.send = Some(Wait::Statement(statement)),
+                Action::AwaitDurable { version, within } => {
+                    flow.send = Some(Wait::Durable { version, within })
+                }
                 Action::Abandon => flow.abandoned = true,
                 Action::Finish(released) => flow.finish = Some(released),
                 Action::Publish(status) => {
@@ -133,13 +139,11 @@ impl Outlets {
     }
 }
 
-/// Carries out one statement against the store (or, for [`Statement::AwaitDurable`],
-/// waits for the status file).
+/// Carries out one statement against the store.
 async fn execute<S: LeaseStore>(
     store: &mut S,
     settings: &ElectionSettings,
     token: ProcessToken,
-    durable: Option<&mut watch::Receiver<u64>>,
     statement: Statement,
 ) -> Result<Reply, StoreError> {
     let (name, me) = (settings.name.as_str(), settings.node_id.as_str());
@@ -163,23 +167,22 @@ async fn execute<S: LeaseStore>(
             store.ensure_row(name).await?;
             Reply::RowEnsured
         }
-        // A lease that cannot be released in time lapses by itself.
-        Statement::Release { term } => {
+        Statement::Release { term, within } => {
             let lease = settings.lease(token, term);
-            let release = timeout(STOP_RELEASE, store.release(&lease));
-            let released = release.await.unwrap_or(Err(StoreError::QueryTimeout {
-                after: STOP_RELEASE,
-            }));
-            Reply::Done(released?)
+            let released = timeout(within, store.release(&lease)).await;
+            Reply::Done(released.unwrap_or(Err(StoreError::QueryTimeout { after: within }))?)
         }
-        Statement::AwaitDurable { version, within } => Reply::Durable(match durable {
-            Some(durable) => {
-                let said = timeout(within, durable.wait_for(|v| *v >= version)).await;
-                matches!(said, Ok(Ok(_)))
-            }
-            None => true,
-        }),
     })
+}
+
+/// Waits until `durable` has reached `version`, at most `within`: whether it did.
+async fn await_durable(
+    durable: &mut watch::Receiver<u64>,
+    version: u64,
+    within: Duration,
+) -> Reply {
+    let said = timeout(within, durable.wait_for(|v| *v >= version)).await;
+    Reply::Durable(matches!(said, Ok(Ok(_))))
 }
 
 /// The next message of an optional channel (release notifications, renew and resign
@@ -302,6 +305,7 @@ impl<S: LeaseStore> Election<S> {
     /// release is withheld and the lease lapses on its own.
     pub fn release_after(&mut self, durable: watch::Receiver<u64>) {
         self.durable = Some(durable);
+        self.machine.release_waits_for_durable = true;
     }
 
     /// Makes every random choice of this election follow `seed`: its process token and
@@ -444,14 +448,21 @@ impl<S: LeaseStore> Election<S> {
             if let Some(released) = flow.finish {
                 return released;
             }
-            if let Some(statement) = flow.send {
+            if let Some(wait) = flow.send {
                 // Ends the last statement's borrow of the store before the next one's.
                 drop(in_flight);
-                let durable = durable.as_mut();
-                let token = machine.token;
-                in_flight = Some(Box::pin(execute(
-                    &mut store, &settings, token, durable, statement,
-                )));
+                in_flight = Some(match wait {
+                    Wait::Statement(statement) => {
+                        let token = machine.token;
+                        Box::pin(execute(&mut store, &settings, token, statement))
+                    }
+                    Wait::Durable { version, within } => {
+                        let durable = durable.as_mut().expect(
+                            "the machine waits for a durable status only after release_after",
+                        );
+                        Box::pin(async move { Ok(await_durable(durable, version, within).await) })
+                    }
+                });
                 sent = false;
             }
             if machine.claims_ended() {

@@ -4,7 +4,9 @@
 use tracing::{debug, info, warn};
 
 use super::publish::View;
-use super::{Action, Awaiting, Machine, Moment, Reply, STOP_WAIT_IN_FLIGHT, State, Statement};
+use super::{
+    Action, Awaiting, Machine, Moment, RELEASE_WITHIN, Reply, STOP_WAIT_IN_FLIGHT, State, Statement,
+};
 use crate::election::clock::Instants;
 use crate::store::StoreError;
 
@@ -50,14 +52,21 @@ impl Machine {
             stop_after: false,
             in_doubt,
         };
-        self.send(
-            Awaiting::Durable,
-            Statement::AwaitDurable {
-                version: self.published.version,
-                within: lease_end.left(now.at),
-            },
-            actions,
-        );
+        if !self.release_waits_for_durable {
+            return self.send(Awaiting::Release, self.release(term), actions);
+        }
+        self.awaiting = Some(Awaiting::Durable);
+        actions.push(Action::AwaitDurable {
+            version: self.published.version,
+            within: lease_end.left(now.at),
+        });
+    }
+
+    fn release(&self, term: i64) -> Statement {
+        Statement::Release {
+            term,
+            within: RELEASE_WITHIN,
+        }
     }
 
     /// The step-down's statements answered: the status durable, then the release.
@@ -80,7 +89,7 @@ impl Machine {
         };
         let released = match (awaiting, answer) {
             (Awaiting::Durable, Ok(Reply::Durable(true))) => {
-                self.send(Awaiting::Release, Statement::Release { term }, actions);
+                self.send(Awaiting::Release, self.release(term), actions);
                 return;
             }
             (Awaiting::Durable, _) => {

@@ -40,6 +40,7 @@ impl World {
         )
         .expect("the scenario's settings are valid");
         let mut machine = Machine::new(Arc::new(settings), self.base + self.now);
+        machine.release_waits_for_durable = true;
         let mut rng = SmallRng::seed_from_u64(self.random_seed());
         machine.token = ProcessToken::from_rng(&mut rng);
         machine.rng = rng;
@@ -259,6 +260,11 @@ impl World {
         for action in actions {
             match action {
                 Action::Send(statement) => self.send_from(index, statement),
+                Action::AwaitDurable { version, within } => {
+                    let id = self.fresh_id();
+                    self.processes[index].in_flight = Some(id);
+                    self.await_durable(index, id, version, within)
+                }
                 Action::Abandon => self.processes[index].in_flight = None,
                 Action::Publish(status) => {
                     self.check_published(index, &status);
@@ -298,9 +304,6 @@ impl World {
         let p = &mut self.processes[index];
         p.in_flight = Some(id);
         let label = p.label.clone();
-        if let Statement::AwaitDurable { version, within } = statement {
-            return self.await_durable(index, id, version, within);
-        }
         while p
             .sent
             .front()

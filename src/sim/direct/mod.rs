@@ -32,7 +32,7 @@ use super::db::{CONNECT, Dice};
 use super::failures::OPERATOR;
 use super::schedule::{Fault, Scenario};
 use super::world::{ELECTION, skipped};
-use crate::election::machine::Reply;
+use crate::election::machine::{Reply, Statement};
 use crate::store::StoreError;
 use process::{Process, Sent};
 
@@ -420,9 +420,13 @@ impl World {
         self.at(runs, Event::Execute(sent));
     }
 
-    /// Schedules the answer to `sent`, `after` from now, bounded by the client's timeout.
+    /// Schedules the answer to `sent`, `after` from now, bounded by the client's timeout
+    /// (and a release by the machine's own bound on it, as the election loop does).
     fn answer(&mut self, sent: &Sent, after: Duration, answer: Result<Reply, StoreError>) {
-        let timeout = self.scenario.query_timeout;
+        let timeout = match sent.statement {
+            Statement::Release { within, .. } => within.min(self.scenario.query_timeout),
+            _ => self.scenario.query_timeout,
+        };
         let elapsed = self.now.saturating_sub(sent.sent_at) + after;
         let (at, answer) = match elapsed > timeout {
             true => (

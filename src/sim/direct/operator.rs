@@ -5,7 +5,6 @@
 //! flight and in a row lock wait). A command reads the row when asked and writes later,
 //! guarded by the term it read, as `operator::step_down_with` does.
 
-
 use super::{ELECTION, Event, OperatorWrite, World};
 use crate::sim::db::CONNECT;
 

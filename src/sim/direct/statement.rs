@@ -55,11 +55,10 @@ pub(in crate::sim) fn run_statement(
             table.ensure_row(name, db_now);
             Reply::RowEnsured
         }
-        Statement::Release { term } => {
+        Statement::Release { term, .. } => {
             released = table.release(db_now, &lease(term));
             Reply::Done(released)
         }
-        Statement::AwaitDurable { .. } => unreachable!("not a statement"),
     };
     Ran {
         reply,

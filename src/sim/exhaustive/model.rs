@@ -7,9 +7,9 @@ use std::hash::{Hash, Hasher};
 use std::time::Duration;
 use tokio::time::Instant;
 
-use super::node::{BOOT_AT_START, Flight, Node, QUERY_TIMEOUT, TTL};
+use super::node::{Awaited, BOOT_AT_START, Flight, Node, QUERY_TIMEOUT, TTL};
 use crate::election::Role;
-use crate::election::machine::{Reply, Statement, hash_debug};
+use crate::election::machine::{Reply, hash_debug};
 use crate::sim::direct::check::row_backs;
 use crate::sim::direct::statement::run_statement;
 use crate::sim::world::ELECTION;
@@ -65,7 +65,7 @@ pub(super) struct Bound {
 impl Flight {
     /// Whether it waits to run, or for the status file: time moving on makes it slow.
     fn waits(&self) -> bool {
-        self.ran.is_none() || matches!(self.statement, Statement::AwaitDurable { .. })
+        self.ran.is_none() || matches!(self.awaited, Awaited::Durable { .. })
     }
 }
 
@@ -147,9 +147,9 @@ impl World {
     /// When the answer to `flight` must have come: the client's timeout, or the bound of
     /// a wait for the status file.
     fn due_by(flight: &Flight) -> Duration {
-        match flight.statement {
-            Statement::AwaitDurable { within, .. } => flight.sent_at + within,
-            _ => flight.sent_at + QUERY_TIMEOUT,
+        match flight.awaited {
+            Awaited::Durable { within } => flight.sent_at + within,
+            Awaited::Statement(_) => flight.sent_at + QUERY_TIMEOUT,
         }
     }
 
@@ -257,7 +257,10 @@ impl World {
         let db_now = self.db_clock();
         let machine = &self.nodes[index].machine;
         let (settings, token) = (std::sync::Arc::clone(&machine.settings), machine.token);
-        run_statement(&mut self.table, db_now, &settings, token, flight.statement).reply
+        let Awaited::Statement(statement) = flight.awaited else {
+            unreachable!("the status file answers at once: nothing runs at the database")
+        };
+        run_statement(&mut self.table, db_now, &settings, token, statement).reply
     }
 
     /// Fires the timers due now. A node's timer touches that node alone, so its order

@@ -26,11 +26,19 @@ pub(super) const QUERY_TIMEOUT: Duration = TTL;
 /// Where the boot clock reads at the check's start (as in the direct runs).
 pub(super) const BOOT_AT_START: Duration = Duration::from_secs(1000);
 
-/// A statement on its way: sent at `sent_at` (from the start), and the database's reply
-/// once it ran.
+/// What a node waits on: a statement's answer, or the status file's word that a status
+/// is durable (at most `within`).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Awaited {
+    Statement(Statement),
+    Durable { within: Duration },
+}
+
+/// A statement (or a wait for the status file) on its way: sent at `sent_at` (from the
+/// start), and the database's reply once it ran.
 #[derive(Clone, Debug)]
 pub(super) struct Flight {
-    pub(super) statement: Statement,
+    pub(super) awaited: Awaited,
     pub(super) sent_at: Duration,
     pub(super) ran: Option<Reply>,
     /// Time moved on before it ran or, for the status file, answered (one fault however
@@ -74,6 +82,7 @@ impl Node {
         let settings = ElectionSettings::new(ELECTION, id, TTL, INTERVAL)
             .expect("the check's settings are valid");
         let mut machine = Machine::new(Arc::new(settings), base);
+        machine.release_waits_for_durable = true;
         let mut rng = SmallRng::seed_from_u64(seed);
         machine.token = ProcessToken::from_rng(&mut rng);
         machine.rng = rng;
@@ -198,15 +207,19 @@ impl Node {
                             self.id
                         ));
                     }
-                    // The status file makes a status durable at once.
-                    let ran = match statement {
-                        Statement::AwaitDurable { .. } => Some(Reply::Durable(true)),
-                        _ => None,
-                    };
                     self.flight = Some(Flight {
-                        statement,
+                        awaited: Awaited::Statement(statement),
                         sent_at: now,
-                        ran,
+                        ran: None,
+                        slow: false,
+                    });
+                }
+                // The status file makes a status durable at once.
+                Action::AwaitDurable { within, .. } => {
+                    self.flight = Some(Flight {
+                        awaited: Awaited::Durable { within },
+                        sent_at: now,
+                        ran: Some(Reply::Durable(true)),
                         slow: false,
                     });
                 }
