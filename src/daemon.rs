@@ -59,34 +59,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         interval = %humantime::format_duration(config.election.interval),
         "leaderd starting"
     );
-    // The stop sequence (the hooks, then the release) must fit in systemd's stop timeout,
-    // or systemd kills the node before it released and failover waits a ttl.
-    let stop_needs = config.hooks.shutdown_timeout + config.database.query_timeout + STOP_GRACE;
-    tokio::spawn(async move {
-        if let Some(limit) = systemd::unit_stop_timeout()
-            .await
-            .filter(|l| *l < stop_needs)
-        {
-            warn!(
-                "hooks.shutdown_timeout, the release (database.query_timeout) and the hooks' \
-                 kill grace take up to {} at a stop, more than this unit's TimeoutStopSec ({}): \
-                 systemd would kill leaderd before it released; raise TimeoutStopSec in a \
-                 drop-in, or lower hooks.shutdown_timeout",
-                humantime::format_duration(stop_needs),
-                humantime::format_duration(limit)
-            );
-        }
-    });
-    if config.database.source == UrlSource::Default {
-        let here = std::env::current_dir().unwrap_or_default();
-        warn!(
-            "no database configured: using the embedded default {} in {}, a database of \
-             this host alone; set database.url (LEADERD_DATABASE__URL) for an election \
-             among hosts",
-            config.database.url,
-            here.display()
-        );
-    }
+    warn_of_risky_settings(&config);
     let settings = ElectionSettings::new(
         &config.election.name,
         &config.node.id,
@@ -139,27 +112,7 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
         rounds_completed.send_replace(report.completed);
         round_times.send_replace(Some(std::time::Instant::now()));
     }));
-    let http = match config.http.listen {
-        Some(addr) => {
-            let liveness = http::Liveness {
-                last_round,
-                stale_after: http::stale_after(&config),
-            };
-            let (bound, task) = http::serve(
-                addr,
-                config.election.name.clone(),
-                config.node.id.clone(),
-                statuses.clone(),
-                standing.clone(),
-                metrics.clone(),
-                liveness,
-            )
-            .await?;
-            info!(%bound, "serving /healthz, /leader, /status and /metrics");
-            Some(task)
-        }
-        None => None,
-    };
+    let http = serve_http(&config, &statuses, &standing, &metrics, last_round).await?;
     let context = HookContext {
         election: config.election.name.clone(),
         node_id: config.node.id.clone(),
@@ -257,6 +210,68 @@ pub async fn run(config: Config, source: ConfigSource, log: LogLevel) -> anyhow:
     consumers.stop().await?;
     info!("leaderd stopped");
     Ok(())
+}
+
+/// Warns, at start, of settings that work but carry a risk the operator may not see: a
+/// stop sequence longer than systemd's stop timeout, and the embedded default database.
+fn warn_of_risky_settings(config: &Config) {
+    // The stop sequence (the hooks, then the release) must fit in systemd's stop timeout,
+    // or systemd kills the node before it released and failover waits a ttl.
+    let stop_needs = config.hooks.shutdown_timeout + config.database.query_timeout + STOP_GRACE;
+    tokio::spawn(async move {
+        if let Some(limit) = systemd::unit_stop_timeout()
+            .await
+            .filter(|l| *l < stop_needs)
+        {
+            warn!(
+                "hooks.shutdown_timeout, the release (database.query_timeout) and the hooks' \
+                 kill grace take up to {} at a stop, more than this unit's TimeoutStopSec ({}): \
+                 systemd would kill leaderd before it released; raise TimeoutStopSec in a \
+                 drop-in, or lower hooks.shutdown_timeout",
+                humantime::format_duration(stop_needs),
+                humantime::format_duration(limit)
+            );
+        }
+    });
+    if config.database.source == UrlSource::Default {
+        let here = std::env::current_dir().unwrap_or_default();
+        warn!(
+            "no database configured: using the embedded default {} in {}, a database of \
+             this host alone; set database.url (LEADERD_DATABASE__URL) for an election \
+             among hosts",
+            config.database.url,
+            here.display()
+        );
+    }
+}
+
+/// Serves /healthz, /leader, /status and /metrics if `http.listen` is set.
+async fn serve_http(
+    config: &Config,
+    statuses: &watch::Receiver<Status>,
+    standing: &watch::Receiver<Standing>,
+    metrics: &Metrics,
+    last_round: watch::Receiver<Option<std::time::Instant>>,
+) -> Result<Option<tokio::task::JoinHandle<()>>, http::HttpError> {
+    let Some(addr) = config.http.listen else {
+        return Ok(None);
+    };
+    let liveness = http::Liveness {
+        last_round,
+        stale_after: http::stale_after(config),
+    };
+    let (bound, task) = http::serve(
+        addr,
+        config.election.name.clone(),
+        config.node.id.clone(),
+        statuses.clone(),
+        standing.clone(),
+        metrics.clone(),
+        liveness,
+    )
+    .await?;
+    info!(%bound, "serving /healthz, /leader, /status and /metrics");
+    Ok(Some(task))
 }
 
 /// SIGHUP: reads the configuration again, off the election loop (which polls the reload):
