@@ -18,7 +18,7 @@ mod node;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use model::{Bound, COMMANDED, Choice, LOST_LEAD, STOPPED, TAKEOVER, World};
+use model::{Bound, COMMANDED, Choice, LOST_LEAD, STOPPED, TAKEOVER, UNSENT, World};
 
 /// What a search found.
 struct Found {
@@ -133,12 +133,13 @@ fn properties_1_2_3_and_6_hold_in_every_state_within_the_bound() {
         panic!("broke property {property}\npath: {path:?}");
     }
     // The search reaches what it is for: a lapse or a refused renewal, a takeover, a
-    // finished stop, an operator command that took.
+    // finished stop, an operator command that took, a statement a stop kept from leaving.
     for (milestone, what) in [
         (LOST_LEAD, "a leader losing its lease"),
         (TAKEOVER, "a takeover"),
         (STOPPED, "a finished stop"),
         (COMMANDED, "an operator command"),
+        (UNSENT, "a stop before a statement left"),
     ] {
         assert!(
             found.reached & milestone != 0,

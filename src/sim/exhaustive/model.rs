@@ -38,6 +38,9 @@ pub(super) enum Choice {
     Orphan(usize),
     /// SIGTERM.
     Stop(usize),
+    /// SIGTERM handed over before the statement the node just sent has left: it never
+    /// reaches the database (`Input::Unsent`, as the election loop says it).
+    StopUnsent(usize),
     /// The leader work has stopped and asks to resign (after an operator's request).
     PassOn(usize),
     /// `leaderd resign`: written into the row of its live holder.
@@ -63,6 +66,12 @@ pub(super) struct Bound {
 }
 
 impl Flight {
+    /// Whether it was sent now and has not run: a stop handed over first keeps it from
+    /// leaving.
+    fn unsent(&self, now: Duration) -> bool {
+        self.ran.is_none() && self.sent_at == now && matches!(self.awaited, Awaited::Statement(_))
+    }
+
     /// Whether it waits to run, or for the status file: time moving on makes it slow.
     fn waits(&self) -> bool {
         self.ran.is_none() || matches!(self.awaited, Awaited::Durable { .. })
@@ -109,6 +118,7 @@ pub(super) const LOST_LEAD: u8 = 1;
 pub(super) const TAKEOVER: u8 = 2;
 pub(super) const STOPPED: u8 = 4;
 pub(super) const COMMANDED: u8 = 8;
+pub(super) const UNSENT: u8 = 16;
 
 impl World {
     pub(super) fn faults_left(&self) -> u8 {
@@ -185,6 +195,9 @@ impl World {
             }
             if self.stops_left > 0 && !node.stop && !node.stopped && !node.finished {
                 choices.push(Choice::Stop(i));
+                if node.flight.as_ref().is_some_and(|f| f.unsent(self.now)) {
+                    choices.push(Choice::StopUnsent(i));
+                }
             }
             if node.passed_on.is_some() && !node.finished {
                 choices.push(Choice::PassOn(i));
@@ -325,6 +338,17 @@ impl World {
                 self.stops_left -= 1;
                 self.nodes[i].ask_to_stop();
                 self.pump(i);
+            }
+            Choice::StopUnsent(i) => {
+                self.stops_left -= 1;
+                let effects = self.nodes[i].stop_before_sending(self.base, self.now);
+                if self.violation.is_none() {
+                    self.violation = effects.violation;
+                }
+                if effects.lost_lead {
+                    self.reached |= LOST_LEAD;
+                }
+                self.reached |= UNSENT;
             }
             Choice::PassOn(i) => {
                 let term = self.nodes[i].passed_on.take().expect("a resign passed on");

@@ -123,6 +123,24 @@ impl Node {
         self.stop = true;
     }
 
+    /// SIGTERM handed over before the statement just sent has left (the election loop
+    /// polls the stop first): the machine hears the stop, then that the statement never
+    /// left, and the statement never reaches the database.
+    pub(super) fn stop_before_sending(&mut self, base: Instant, now: Duration) -> Effects {
+        self.ask_to_stop();
+        let mut effects = self.pump(base, now);
+        if self.machine.stopping_in_flight() && effects.violation.is_none() {
+            // Taken first: the machine's abandon finds nothing that could still run.
+            self.flight = None;
+            let actions = self.machine.step(self.moment(base, now), Input::Unsent);
+            self.carry_out(actions, base, now, &mut effects);
+            let after = self.pump(base, now);
+            effects.violation = effects.violation.or(after.violation);
+            effects.lost_lead |= after.lost_lead;
+        }
+        effects
+    }
+
     pub(super) fn ask_to_resign(&mut self, term: i64) {
         self.resign = Some(Some(term));
     }
