@@ -357,10 +357,13 @@ impl Machine {
         }
     }
 
-    /// Sends `statement`, expecting its answer as `awaiting`.
-    fn send(&mut self, awaiting: Awaiting, statement: Statement, actions: &mut Vec<Action>) {
+    /// Sends the statement whose answer `awaiting` waits for (or waits for a durable
+    /// status).
+    fn send(&mut self, awaiting: Awaiting, actions: &mut Vec<Action>) {
+        if let Some(statement) = awaiting.statement(self.round) {
+            actions.push(Action::Send(statement));
+        }
         self.awaiting = Some(awaiting);
-        actions.push(Action::Send(statement));
     }
 
     fn answer(

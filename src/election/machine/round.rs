@@ -52,8 +52,9 @@ pub(in crate::election) enum Awaiting {
         round_trip: Option<Duration>,
     },
     Read,
-    /// Accepting a handover offered to this node, after reading `row`.
+    /// Accepting a handover of `term` offered to this node, after reading `row`.
     Accept {
+        term: i64,
         row: Option<LeaseRow>,
         round_trip: Duration,
     },
@@ -65,9 +66,11 @@ pub(in crate::election) enum Awaiting {
     Winner {
         round_trip: Duration,
     },
-    /// Stepping down: the status durable, then the release.
+    /// Stepping down: the status durable, then the release of `term`.
     Durable,
-    Release,
+    Release {
+        term: i64,
+    },
 }
 
 /// What a finished round found.
@@ -90,6 +93,31 @@ pub(super) struct RoundError {
 }
 
 impl Awaiting {
+    /// The statement whose answer this awaits, derived from it so that the two are never
+    /// set apart; `round`: the round it belongs to (a renewal states what the round has
+    /// seen). `None` for the wait on a durable status, which is an action.
+    pub(super) fn statement(&self, round: Option<Round>) -> Option<Statement> {
+        Some(match *self {
+            Awaiting::Renewal { term, retry } => {
+                let seen = retry.map_or_else(
+                    || round.map(|r| r.seen).unwrap_or_default(),
+                    |(seen, _)| seen,
+                );
+                Statement::Renew { term, seen }
+            }
+            Awaiting::OwnRow { .. } | Awaiting::Read | Awaiting::Winner { .. } => Statement::Read,
+            Awaiting::Reacquire { term } => Statement::Reacquire { term },
+            Awaiting::Claim { expected, .. } => Statement::Claim { expected },
+            Awaiting::Accept { term, .. } => Statement::AcceptHandover { term },
+            Awaiting::EnsureRow { .. } => Statement::EnsureRow,
+            Awaiting::Release { term } => Statement::Release {
+                term,
+                within: super::RELEASE_WITHIN,
+            },
+            Awaiting::Durable => return None,
+        })
+    }
+
     /// The term this answer holds the row in, and when its statement was sent, if it took
     /// or kept the row.
     pub(super) fn holding(
@@ -118,7 +146,7 @@ impl Awaiting {
 
 /// Where a round goes after an answer: its next statement, or its end.
 enum Next {
-    Send(Awaiting, Statement),
+    Send(Awaiting),
     Finish(Outcome, Duration),
 }
 
@@ -144,7 +172,7 @@ fn renewal_answered(
                 term,
                 round_trip: elapsed,
             };
-            Next::Send(next, Statement::Read)
+            Next::Send(next)
         }
         (false, Some((_, round_trip))) => Next::Finish(Outcome::NotHeld, round_trip),
     }
@@ -168,32 +196,23 @@ impl Machine {
             State::Following { released_in, .. } => released_in.take(),
             _ => None,
         };
-        let (awaiting, statement) = match self.state {
-            State::Leading { term, seen, .. } => (
-                Awaiting::Renewal { term, retry: None },
-                Statement::Renew { term, seen },
-            ),
-            State::Lapsed { term, .. } if round.may_claim => {
-                (Awaiting::Reacquire { term }, Statement::Reacquire { term })
-            }
+        let awaiting = match self.state {
+            State::Leading { term, .. } => Awaiting::Renewal { term, retry: None },
+            State::Lapsed { term, .. } if round.may_claim => Awaiting::Reacquire { term },
             // The claim checks the term and that the lease is free, so a stale term only
             // costs the read after it.
             State::Following { .. } if round.may_claim && released_in.is_some() => {
-                let expected = released_in.unwrap_or_default();
-                (
-                    Awaiting::Claim {
-                        expected,
-                        sent: now.at,
-                        round_trip: None,
-                    },
-                    Statement::Claim { expected },
-                )
+                Awaiting::Claim {
+                    expected: released_in.unwrap_or_default(),
+                    sent: now.at,
+                    round_trip: None,
+                }
             }
-            _ => (Awaiting::Read, Statement::Read),
+            _ => Awaiting::Read,
         };
         round.statements = 1;
         self.round = Some(round);
-        self.send(awaiting, statement, actions);
+        self.send(awaiting, actions);
     }
 
     /// Takes a round's statement's answer: sends the next statement, or folds the outcome.
@@ -242,12 +261,17 @@ impl Machine {
                     ..
                 },
                 Reply::Started(None),
-            ) => Next::Send(Awaiting::Winner { round_trip }, Statement::Read),
+            ) => Next::Send(Awaiting::Winner { round_trip }),
             (Awaiting::Reacquire { .. } | Awaiting::Claim { .. }, Reply::Started(None)) => {
-                Next::Send(Awaiting::Read, Statement::Read)
+                Next::Send(Awaiting::Read)
             }
             (Awaiting::Read, Reply::Row(row)) => self.row_read(now, round, row, elapsed),
-            (Awaiting::Accept { row, round_trip }, Reply::Done(accepted)) => {
+            (
+                Awaiting::Accept {
+                    row, round_trip, ..
+                },
+                Reply::Done(accepted),
+            ) => {
                 if accepted {
                     let term = row.as_ref().map(|r| r.term);
                     info!(election = %self.settings.name, node = %self.settings.node_id, term, "accepted the handover offered to this node");
@@ -264,7 +288,7 @@ impl Machine {
                     sent: now.at,
                     round_trip: Some(round_trip),
                 };
-                Next::Send(next, Statement::Claim { expected: 0 })
+                Next::Send(next)
             }
             (Awaiting::Winner { round_trip }, Reply::Row(row)) => {
                 Next::Finish(Outcome::Observed(row), round_trip)
@@ -272,7 +296,7 @@ impl Machine {
             (awaiting, reply) => unreachable!("{reply:?} does not answer {awaiting:?}"),
         };
         match next {
-            Next::Send(awaiting, statement) => self.send_next(round, awaiting, statement, actions),
+            Next::Send(awaiting) => self.send_next(round, awaiting, actions),
             Next::Finish(outcome, round_trip) => {
                 self.finish_round(now, round, Ok((outcome, round_trip)), actions)
             }
@@ -299,7 +323,7 @@ impl Machine {
             term,
             retry: Some((seen, round_trip)),
         };
-        Next::Send(next, Statement::Renew { term, seen })
+        Next::Send(next)
     }
 
     /// A follower's read: accepts a handover offered to it, or claims a free lease.
@@ -318,10 +342,11 @@ impl Machine {
         let offered = row.as_ref().filter(|r| r.offered_to(me) && may_claim);
         if let Some(term) = offered.map(|r| r.term) {
             let next = Awaiting::Accept {
+                term,
                 row,
                 round_trip: elapsed,
             };
-            return Next::Send(next, Statement::AcceptHandover { term });
+            return Next::Send(next);
         }
         self.claim_if_free(now, round, row, elapsed)
     }
@@ -337,7 +362,7 @@ impl Machine {
         let me = self.settings.node_id.as_str();
         let expected = match &row {
             _ if !(round.may_claim && now.claims_open) => None,
-            None => return Next::Send(Awaiting::EnsureRow { round_trip }, Statement::EnsureRow),
+            None => return Next::Send(Awaiting::EnsureRow { round_trip }),
             // A pause, or a handover to another node, keeps a free lease from this node:
             // the claim would check the same, at the cost of a statement.
             Some(row) if row.paused() || row.handed_over_away_from(me) => None,
@@ -351,22 +376,16 @@ impl Machine {
                     sent: now.at,
                     round_trip: Some(round_trip),
                 };
-                Next::Send(next, Statement::Claim { expected })
+                Next::Send(next)
             }
             None => Next::Finish(Outcome::Observed(row), round_trip),
         }
     }
 
     /// Sends the round's next statement, counting it.
-    fn send_next(
-        &mut self,
-        mut round: Round,
-        awaiting: Awaiting,
-        statement: Statement,
-        actions: &mut Vec<Action>,
-    ) {
+    fn send_next(&mut self, mut round: Round, awaiting: Awaiting, actions: &mut Vec<Action>) {
         round.statements += 1;
         self.round = Some(round);
-        self.send(awaiting, statement, actions);
+        self.send(awaiting, actions);
     }
 }

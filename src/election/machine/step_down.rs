@@ -4,9 +4,7 @@
 use tracing::{debug, info, warn};
 
 use super::publish::View;
-use super::{
-    Action, Awaiting, Machine, Moment, RELEASE_WITHIN, Reply, STOP_WAIT_IN_FLIGHT, State, Statement,
-};
+use super::{Action, Awaiting, Machine, Moment, Reply, STOP_WAIT_IN_FLIGHT, State};
 use crate::election::clock::Instants;
 use crate::store::StoreError;
 
@@ -53,20 +51,13 @@ impl Machine {
             in_doubt,
         };
         if !self.release_waits_for_durable {
-            return self.send(Awaiting::Release, self.release(term), actions);
+            return self.send(Awaiting::Release { term }, actions);
         }
-        self.awaiting = Some(Awaiting::Durable);
+        self.send(Awaiting::Durable, actions);
         actions.push(Action::AwaitDurable {
             version: self.published.version,
             within: lease_end.left(now.at),
         });
-    }
-
-    fn release(&self, term: i64) -> Statement {
-        Statement::Release {
-            term,
-            within: RELEASE_WITHIN,
-        }
     }
 
     /// The step-down's statements answered: the status durable, then the release.
@@ -89,7 +80,7 @@ impl Machine {
         };
         let released = match (awaiting, answer) {
             (Awaiting::Durable, Ok(Reply::Durable(true))) => {
-                self.send(Awaiting::Release, self.release(term), actions);
+                self.send(Awaiting::Release { term }, actions);
                 return;
             }
             (Awaiting::Durable, _) => {
