@@ -81,8 +81,9 @@ pub(super) async fn supervisor_model(
 ) {
     let mut rng = SmallRng::seed_from_u64(setting.seed);
     let interval = setting.world.scenario.interval;
-    // Leading, resigning and shutting down as the supervisor has them; the model keeps
-    // its own restart time (not the phase's: it is not cleared by a step-down).
+    // Leading, resigning and shutting down as the supervisor has them, and the leader
+    // command's restart time, which lasts while the phase leads (the supervisor keeps it
+    // in `Phase::Leading`).
     let mut phase = Phase::Following;
     let mut stop_work_by: Option<Instant> = None;
     let mut restart_at: Option<Instant> = None;
@@ -91,6 +92,11 @@ pub(super) async fn supervisor_model(
     let mut running: Vec<(i64, watch::Sender<Told>)> = Vec::new();
     let mut requests_open = true;
     loop {
+        // A restart time outlived by its leading phase would fire on every turn, and the
+        // model would spin with the clock paused (fresh seed 455393252158 hung so).
+        if phase.leading().is_none() {
+            restart_at = None;
+        }
         // The leader command starts once per term, when none runs.
         if let Some(term) = phase
             .leading()

@@ -45,3 +45,33 @@ pub(super) fn announce(what: &str, base: u64, count: u64, from: &str) -> String 
          LEADERD_SIM_FRESH_BASE={base} LEADERD_SIM_FRESH_SEEDS={count}"
     )
 }
+
+/// How long one seed may take in real time before the search calls it hung: a seed takes
+/// milliseconds, but a model or machine that loops with tokio's clock paused never ends,
+/// and would hold CI until its limit.
+const SEED_WALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Why a seed's run gave no report.
+#[derive(Debug)]
+pub(super) enum Unfinished {
+    /// It ran past [`SEED_WALL_LIMIT`] (it is left running on its thread).
+    Hung,
+    /// It panicked.
+    Panicked,
+}
+
+/// Runs `run` on a thread of its own, giving up after [`SEED_WALL_LIMIT`].
+pub(super) fn bounded<T: Send + 'static>(
+    run: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Unfinished> {
+    let (done, report) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(run());
+    });
+    report
+        .recv_timeout(SEED_WALL_LIMIT)
+        .map_err(|error| match error {
+            std::sync::mpsc::RecvTimeoutError::Timeout => Unfinished::Hung,
+            std::sync::mpsc::RecvTimeoutError::Disconnected => Unfinished::Panicked,
+        })
+}

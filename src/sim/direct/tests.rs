@@ -30,7 +30,14 @@ fn search(first: u64, count: u64) -> Option<DirectReport> {
                     if failure.lock().unwrap().is_some_and(|f| f < seed) {
                         return;
                     }
-                    let report = run(seed, 0);
+                    let Ok(report) = crate::sim::seeds::bounded(move || run(seed, 0)) else {
+                        // Hung or panicked: its replay (below) shows which.
+                        let mut found = failure.lock().unwrap();
+                        if found.is_none_or(|f| f > seed) {
+                            *found = Some(seed);
+                        }
+                        return;
+                    };
                     seeds.fetch_add(1, Ordering::Relaxed);
                     statements.fetch_add(report.statements, Ordering::Relaxed);
                     steps.fetch_add(report.steps, Ordering::Relaxed);
@@ -55,7 +62,11 @@ fn search(first: u64, count: u64) -> Option<DirectReport> {
         steps.load(Ordering::Relaxed),
     );
     let failed = failure.lock().unwrap().take();
-    failed.map(|seed| run(seed, TRACE_LINES))
+    failed.map(|seed| {
+        crate::sim::seeds::bounded(move || run(seed, TRACE_LINES)).unwrap_or_else(|why| {
+            panic!("direct seed {seed} did not finish ({why:?}); replay: LEADERD_SIM_DIRECT_SEED={seed}")
+        })
+    })
 }
 
 #[test]
